@@ -1,0 +1,46 @@
+# slidewin: PGXS build plus the project's own targets.
+#
+#   make demo    install what is missing, build, install, run the demo
+#   make test    install what is missing, build, install, run every suite
+#   make bench   the benchmark (not part of make test)
+#
+# PGXS is included only when pg_config can find it, so that `make demo` and
+# `make test` work on a machine where the server headers are not yet installed:
+# they install them first and then call make again.
+
+MODULE_big = slidewin
+OBJS = src/slidewin.o src/redis_conn.o src/scripts.o src/limit.o
+EXTENSION = slidewin
+DATA = sql/slidewin--1.0.sql
+PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Isrc
+SHLIB_LINK = -lhiredis
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(filter-out sql/slidewin--%,$(wildcard sql/*.sql))))
+REGRESS_OPTS = --inputdir=. --load-extension=slidewin
+
+# Debian installs several server versions side by side; prefer 15.
+PG_CONFIG ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(PGXS),)
+include $(PGXS)
+endif
+
+.PHONY: deps demo test bench
+
+deps:
+	@bash test/deps.sh
+
+demo: deps
+	$(MAKE) all
+	$(MAKE) install
+	@bash test/demo.sh
+
+test: deps
+	$(MAKE) all
+	$(MAKE) install
+	@bash test/run_all.sh
+
+bench: deps
+	$(MAKE) all
+	$(MAKE) install
+	@bash test/bench/run.sh
