@@ -1,0 +1,172 @@
+/*-------------------------------------------------------------------------
+ *
+ * limit.c
+ *		Checking the arguments of the rl_* functions, and building rl_result.
+ *
+ * Bad input is an ERROR naming the argument (22004 for NULL, 22023 for the
+ * rest); it must never turn into a NULL result or an admission. Nothing here
+ * talks to a store.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "common/int.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/timestamp.h"
+
+#include "limit.h"
+
+char	   *slidewin_test_now = NULL;
+
+/* Unix epoch to PostgreSQL epoch, in microseconds */
+#define UNIX_TO_PG_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
+
+static const char *const arg_names[] = {"key", "lim", "win", "cost"};
+
+static void
+check_not_null(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", arg_names[argno])));
+}
+
+void
+limit_check_key(FunctionCallInfo fcinfo, int argno, RlArgs *args)
+{
+	text	   *key;
+
+	check_not_null(fcinfo, argno);
+	key = PG_GETARG_TEXT_PP(argno);
+	args->key = VARDATA_ANY(key);
+	args->keylen = VARSIZE_ANY_EXHDR(key);
+	if (args->keylen == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"key\" must not be empty")));
+	if (args->keylen > RL_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"key\" must be at most %d bytes", RL_MAX_KEY_BYTES),
+				 errdetail("The key is %d bytes long.", args->keylen)));
+}
+
+void
+limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args)
+{
+	Interval   *win;
+
+	/* NULLs first, so that a NULL anywhere is reported as such. */
+	for (int i = 0; i < (has_cost ? 4 : 3); i++)
+		check_not_null(fcinfo, i);
+
+	limit_check_key(fcinfo, 0, args);
+
+	args->lim = PG_GETARG_INT64(1);
+	if (args->lim < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"lim\" must be at least 1")));
+	if (args->lim > RL_MAX_LIMIT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"lim\" must be at most " INT64_FORMAT, RL_MAX_LIMIT)));
+
+	win = PG_GETARG_INTERVAL_P(2);
+	if (win->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"win\" must not contain months or years"),
+				 errdetail("Months and years have no fixed length."),
+				 errhint("Use days instead, for example '30 days'.")));
+	if (win->day > RL_MAX_WINDOW_DAYS + 1 || win->day < -RL_MAX_WINDOW_DAYS - 1 ||
+		pg_add_s64_overflow((int64) win->day * USECS_PER_DAY, win->time, &args->win_us) ||
+		args->win_us <= 0 || args->win_us > (int64) RL_MAX_WINDOW_DAYS * USECS_PER_DAY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"win\" must be greater than zero and at most %d days",
+						RL_MAX_WINDOW_DAYS)));
+
+	args->cost = 1;
+	if (has_cost)
+	{
+		args->cost = PG_GETARG_INT64(3);
+		if (args->cost < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"cost\" must be at least 1")));
+		if (args->cost > args->lim)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"cost\" (" INT64_FORMAT ") exceeds \"lim\" (" INT64_FORMAT "), so the call can never be admitted",
+							args->cost, args->lim)));
+	}
+}
+
+Datum
+limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o)
+{
+	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
+	Interval   *retry;
+
+	/* The row type is looked up once per call site, not once per call. */
+	if (tupdesc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+		fcinfo->flinfo->fn_extra = tupdesc;
+		MemoryContextSwitchTo(old);
+	}
+
+	retry = (Interval *) palloc(sizeof(Interval));
+	retry->time = o->retry_us;
+	retry->day = 0;
+	retry->month = 0;
+
+	values[0] = BoolGetDatum(o->allowed);
+	values[1] = Int64GetDatum(o->remaining);
+	values[2] = IntervalPGetDatum(retry);
+	values[3] = TimestampTzGetDatum(o->reset_at_us - UNIX_TO_PG_US);
+	values[4] = CStringGetTextDatum(o->store);
+
+	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+}
+
+bool
+limit_test_clock(int64 *now_us)
+{
+	static char parsed_from[128] = "";
+	static int64 parsed_us;
+
+	if (slidewin_test_now == NULL || slidewin_test_now[0] == '\0')
+		return false;
+
+	/* Parse once per value, not once per call. */
+	if (strcmp(parsed_from, slidewin_test_now) != 0)
+	{
+		TimestampTz ts;
+
+		ts = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in,
+													 CStringGetDatum(slidewin_test_now),
+													 ObjectIdGetDatum(InvalidOid),
+													 Int32GetDatum(-1)));
+		if (TIMESTAMP_NOT_FINITE(ts))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("slidewin.test_now must be a finite timestamp")));
+		parsed_us = ts + UNIX_TO_PG_US;
+		strlcpy(parsed_from, slidewin_test_now, sizeof(parsed_from));
+	}
+	*now_us = parsed_us;
+	return true;
+}

@@ -1,0 +1,199 @@
+/*-------------------------------------------------------------------------
+ *
+ * scripts.c
+ *		The Lua sources slidewin runs in Redis, and EVALSHA with the NOSCRIPT
+ *		fallback.
+ *
+ * Every admission decision is one script, so that reading the log, deciding
+ * and writing happen atomically in Redis, against one clock (Redis TIME).
+ *
+ * Sliding log layout (one sorted set per key):
+ *   score  = admission time in microseconds, strictly increasing per key
+ *            (a call in the same microsecond as the newest entry is recorded
+ *            1 us later, which can only make it expire later);
+ *   member = the key's running total of admitted units, including this entry.
+ * One member per admitted call, whatever its cost. Because the running total
+ * strictly increases, members are unique without any random suffix, and the
+ * units inside the window are simply newest.member - base, where base is the
+ * member of the newest entry that has left the window. When entries expire,
+ * they are removed and their running total is kept in one entry scored -inf,
+ * so every call costs O(log n) in the entries of the key, never O(n).
+ *
+ * Numbers in Redis Lua are doubles, and Lua turns them into strings with
+ * %.14g, which would round microsecond timestamps; every number handed to
+ * redis.call goes through fmt() for that reason.
+ *
+ * This file knows nothing of PostgreSQL types or policy.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/cryptohash.h"
+#include "common/sha1.h"
+
+#include "scripts.h"
+
+#define LUA_PRELUDE \
+"local function fmt(n) return string.format('%.0f', n) end\n" \
+"local function clock(arg)\n" \
+"  if arg ~= '' then return tonumber(arg) end\n" \
+"  local t = redis.call('TIME')\n" \
+"  return tonumber(t[1]) * 1000000 + tonumber(t[2])\n" \
+"end\n" \
+"-- Time at which the live entries from rank r0 on free `need` units.\n" \
+"local function freeing_time(key, r0, base, need)\n" \
+"  local e = redis.call('ZRANGE', key, r0, r0, 'WITHSCORES')\n" \
+"  if tonumber(e[1]) - base >= need then return tonumber(e[2]) end\n" \
+"  local lo, hi = r0 + 1, redis.call('ZCARD', key) - 1\n" \
+"  while lo < hi do\n" \
+"    local mid = math.floor((lo + hi) / 2)\n" \
+"    e = redis.call('ZRANGE', key, mid, mid)\n" \
+"    if tonumber(e[1]) - base >= need then hi = mid else lo = mid + 1 end\n" \
+"  end\n" \
+"  e = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')\n" \
+"  return tonumber(e[2])\n" \
+"end\n"
+
+/*
+ * KEYS[1] log; ARGV lim, win (us), cost, now (us, or '' for Redis TIME).
+ * Returns {allowed, remaining, retry_after_us, reset_at_us, used}.
+ */
+static const char lua_log_attempt[] = LUA_PRELUDE
+"local key = KEYS[1]\n"
+"local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+"local now = clock(ARGV[4])\n"
+"local cutoff = now - win\n"
+"local base, r0 = 0, 0\n"
+"local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)\n"
+"if old[1] then\n"
+"  base, r0 = tonumber(old[1]), 1\n"
+"  if old[2] ~= '-inf' then\n"
+"    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))\n"
+"    redis.call('ZADD', key, '-inf', old[1])\n"
+"  end\n"
+"end\n"
+"local total, last_ts = base, nil\n"
+"local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
+"if newest[1] and newest[2] ~= '-inf' then\n"
+"  total, last_ts = tonumber(newest[1]), tonumber(newest[2])\n"
+"end\n"
+"local used = total - base\n"
+"if used + cost <= lim then\n"
+"  local ts = now\n"
+"  if last_ts and ts <= last_ts then ts = last_ts + 1 end\n"
+"  if used == 0 then\n"
+"    if base > 0 then redis.call('DEL', key) end\n"
+"    total = 0\n"
+"  elseif total + cost > 4503599627370496 then\n"
+"    -- keep running totals exact as doubles: renumber the live entries\n"
+"    local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')\n"
+"    redis.call('DEL', key)\n"
+"    for i = 1, #all, 2 do\n"
+"      redis.call('ZADD', key, all[i + 1], fmt(tonumber(all[i]) - base))\n"
+"    end\n"
+"    total = total - base\n"
+"  end\n"
+"  redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n"
+"  redis.call('PEXPIRE', key, fmt(math.ceil(win / 1000) + 1))\n"
+"  return {1, lim - used - cost, 0, ts + win, used + cost}\n"
+"end\n"
+"local rem = lim - used\n"
+"if rem < 0 then rem = 0 end\n"
+"local t = freeing_time(key, r0, base, used + cost - lim)\n"
+"return {0, rem, t + win - now, last_ts + win, used}\n";
+
+/*
+ * KEYS[1] log; ARGV lim, win (us), now (us, or ''). Reads only.
+ * Returns the same fields as an attempt of cost 1 would, without recording.
+ */
+static const char lua_log_peek[] = LUA_PRELUDE
+"local key = KEYS[1]\n"
+"local lim, win = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
+"local now = clock(ARGV[3])\n"
+"local cutoff = now - win\n"
+"local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
+"if not newest[1] or newest[2] == '-inf' or tonumber(newest[2]) <= cutoff then\n"
+"  return {1, lim, 0, now, 0}\n"
+"end\n"
+"local base = 0\n"
+"local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'LIMIT', 0, 1)\n"
+"if old[1] then base = tonumber(old[1]) end\n"
+"local used = tonumber(newest[1]) - base\n"
+"local reset = tonumber(newest[2]) + win\n"
+"if used + 1 <= lim then return {1, lim - used, 0, reset, used} end\n"
+"local r0 = redis.call('ZCOUNT', key, '-inf', fmt(cutoff))\n"
+"local rem = lim - used\n"
+"if rem < 0 then rem = 0 end\n"
+"return {0, rem, freeing_time(key, r0, base, used + 1 - lim) + win - now, reset, used}\n";
+
+typedef struct Script
+{
+	const char *source;
+	char		sha1[SHA1_DIGEST_LENGTH * 2 + 1];
+} Script;
+
+static Script scripts[NUM_SCRIPTS] = {
+	[SCRIPT_LOG_ATTEMPT] = {lua_log_attempt},
+	[SCRIPT_LOG_PEEK] = {lua_log_peek},
+};
+
+/* Hex SHA1 of the script, as Redis names it; computed once per backend. */
+static const char *
+script_sha1(Script *s)
+{
+	if (s->sha1[0] == '\0')
+	{
+		pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA1);
+		uint8		digest[SHA1_DIGEST_LENGTH];
+
+		if (ctx == NULL ||
+			pg_cryptohash_init(ctx) < 0 ||
+			pg_cryptohash_update(ctx, (const uint8 *) s->source, strlen(s->source)) < 0 ||
+			pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+			elog(ERROR, "could not compute SHA1 of a slidewin script");
+		pg_cryptohash_free(ctx);
+		for (int i = 0; i < SHA1_DIGEST_LENGTH; i++)
+			snprintf(s->sha1 + 2 * i, 3, "%02x", digest[i]);
+	}
+	return s->sha1;
+}
+
+#define MAX_SCRIPT_ARGS 8
+
+void
+script_run(ScriptId id, const char *key, size_t keylen,
+		   int nargs, const char **args, RedisResult *result)
+{
+	Script	   *s = &scripts[id];
+	const char *argv[MAX_SCRIPT_ARGS + 4];
+	size_t		lens[MAX_SCRIPT_ARGS + 4];
+
+	Assert(nargs <= MAX_SCRIPT_ARGS);
+	argv[0] = "EVALSHA";
+	argv[1] = script_sha1(s);
+	argv[2] = "1";
+	argv[3] = key;
+	lens[0] = 7;
+	lens[1] = SHA1_DIGEST_LENGTH * 2;
+	lens[2] = 1;
+	lens[3] = keylen;
+	for (int i = 0; i < nargs; i++)
+	{
+		argv[4 + i] = args[i];
+		lens[4 + i] = strlen(args[i]);
+	}
+
+	redis_exec(4 + nargs, argv, lens, result);
+	if (result->status == RS_FAIL_REPLY &&
+		strncmp(result->reply->str, "NOSCRIPT", 8) == 0)
+	{
+		freeReplyObject(result->reply);
+		result->reply = NULL;
+		argv[0] = "EVAL";
+		lens[0] = 4;
+		argv[1] = s->source;
+		lens[1] = strlen(s->source);
+		redis_exec(4 + nargs, argv, lens, result);
+	}
+}

@@ -1,0 +1,205 @@
+/*-------------------------------------------------------------------------
+ *
+ * store_redis.c
+ *		The Redis store: turns checked arguments into one script call and
+ *		its reply into an outcome.
+ *
+ * It tells "Redis cannot answer now" (reported to the caller, whose failure
+ * policy decides) from "this cannot work" (a wrong-type key, a malformed
+ * reply: always an ERROR). It does not decide policy.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+
+#include "scripts.h"
+#include "store_redis.h"
+
+char	   *slidewin_key_prefix = NULL;
+
+/* Error replies that mean "not now": the store is busy or degraded. */
+static const char *const transient_errors[] = {
+	"OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN",
+	"NOREPLICAS", "CLUSTERDOWN", NULL
+};
+
+static bool
+is_transient(const char *msg)
+{
+	for (int i = 0; transient_errors[i]; i++)
+	{
+		size_t		n = strlen(transient_errors[i]);
+
+		if (strncmp(msg, transient_errors[i], n) == 0 &&
+			(msg[n] == ' ' || msg[n] == '\0'))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The Redis key for a user key: the prefix, a tag naming the data structure,
+ * then the key itself. The tag keeps algorithms from reading each other's data.
+ */
+static void
+build_key(StringInfo buf, const char *tag, const RlArgs *args)
+{
+	initStringInfo(buf);
+	appendStringInfoString(buf, slidewin_key_prefix ? slidewin_key_prefix : "");
+	appendStringInfoString(buf, tag);
+	appendStringInfoChar(buf, ':');
+	appendBinaryStringInfo(buf, args->key, args->keylen);
+}
+
+/*
+ * Sort a finished exchange: true when a reply is there to use, false when
+ * Redis could not answer now. Every other failure ERRORs.
+ */
+static bool
+settle(RedisResult *r)
+{
+	if (r->status == RS_OK)
+		return true;
+	if (r->status == RS_FAIL_REPLY)
+	{
+		char	   *msg = pstrdup(r->reply->str);
+
+		freeReplyObject(r->reply);
+		r->reply = NULL;
+		if (is_transient(msg))
+			return false;
+		if (strncmp(msg, "WRONGTYPE", 9) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("the Redis key for this rate limit holds a value of another type"),
+					 errdetail_internal("%s", msg),
+					 errhint("Check slidewin.key_prefix: another application may use the same keys.")));
+		ereport(ERROR,
+				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+				 errmsg("Redis rejected a slidewin command"),
+				 errdetail_internal("%s", msg)));
+	}
+	return false;
+}
+
+static void
+read_outcome(RedisResult *r, RlOutcome *o)
+{
+	redisReply *rep = r->reply;
+	int64		v[5];
+
+	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 5)
+	{
+		freeReplyObject(rep);
+		r->reply = NULL;
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("unexpected reply from Redis to a slidewin script")));
+	}
+	for (int i = 0; i < 5; i++)
+	{
+		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
+		{
+			freeReplyObject(rep);
+			r->reply = NULL;
+			ereport(ERROR,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("unexpected reply from Redis to a slidewin script")));
+		}
+		v[i] = rep->element[i]->integer;
+	}
+	freeReplyObject(rep);
+	r->reply = NULL;
+
+	o->allowed = (v[0] == 1);
+	o->remaining = v[1];
+	o->retry_us = v[2];
+	o->reset_at_us = v[3];
+	o->used = v[4];
+	o->store = "redis";
+}
+
+static const char *
+clock_arg(char *buf, size_t size)
+{
+	int64		now_us;
+
+	if (!limit_test_clock(&now_us))
+		return "";
+	snprintf(buf, size, INT64_FORMAT, now_us);
+	return buf;
+}
+
+bool
+redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *r)
+{
+	StringInfoData key;
+	char		lim[24],
+				win[24],
+				cost[24],
+				now[24];
+	const char *argv[4];
+
+	build_key(&key, "log", args);
+	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
+	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
+	snprintf(cost, sizeof(cost), INT64_FORMAT, args->cost);
+	argv[0] = lim;
+	argv[1] = win;
+	argv[2] = cost;
+	argv[3] = clock_arg(now, sizeof(now));
+
+	script_run(SCRIPT_LOG_ATTEMPT, key.data, key.len, 4, argv, r);
+	pfree(key.data);
+	if (!settle(r))
+		return false;
+	read_outcome(r, o);
+	return true;
+}
+
+bool
+redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *r)
+{
+	StringInfoData key;
+	char		lim[24],
+				win[24],
+				now[24];
+	const char *argv[3];
+
+	build_key(&key, "log", args);
+	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
+	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
+	argv[0] = lim;
+	argv[1] = win;
+	argv[2] = clock_arg(now, sizeof(now));
+
+	script_run(SCRIPT_LOG_PEEK, key.data, key.len, 3, argv, r);
+	pfree(key.data);
+	if (!settle(r))
+		return false;
+	read_outcome(r, o);
+	return true;
+}
+
+bool
+redis_store_reset(const RlArgs *args, RedisResult *r)
+{
+	StringInfoData key;
+	const char *argv[2];
+	size_t		lens[2];
+
+	build_key(&key, "log", args);
+	argv[0] = "DEL";
+	lens[0] = 3;
+	argv[1] = key.data;
+	lens[1] = key.len;
+	redis_exec(2, argv, lens, r);
+	pfree(key.data);
+	if (!settle(r))
+		return false;
+	freeReplyObject(r->reply);
+	r->reply = NULL;
+	return true;
+}

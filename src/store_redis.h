@@ -1,0 +1,22 @@
+/*
+ * store_redis.h
+ *		The Redis store: the sliding log kept in Redis sorted sets.
+ */
+#ifndef SLIDEWIN_STORE_REDIS_H
+#define SLIDEWIN_STORE_REDIS_H
+
+#include "limit.h"
+#include "redis_conn.h"
+
+extern char *slidewin_key_prefix;
+
+/*
+ * Each returns true with *o filled in, or false when Redis cannot answer now
+ * (unreachable, timed out, or a "not now" error reply such as OOM or
+ * LOADING), with the cause in *failure. Any other failure is an ERROR.
+ */
+extern bool redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *failure);
+extern bool redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *failure);
+extern bool redis_store_reset(const RlArgs *args, RedisResult *failure);
+
+#endif
