@@ -1,0 +1,43 @@
+-- Ordinary roles can rate-limit, but cannot see or move the Redis server,
+-- change the key prefix or the clock, or forget a key.
+CREATE ROLE regress_slidewin_user LOGIN;
+SELECT current_user AS superuser \gset
+SET slidewin.key_prefix = 'regress:priv:';
+SELECT rl_reset('p');
+
+SET ROLE regress_slidewin_user;
+SHOW slidewin.redis_url;
+SHOW slidewin.key_prefix;
+SELECT current_setting('slidewin.redis_url');
+SELECT count(*) FROM pg_settings WHERE name IN ('slidewin.redis_url', 'slidewin.key_prefix');
+SELECT count(*) FROM pg_settings WHERE name LIKE 'slidewin.%';
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SET slidewin.key_prefix = 'elsewhere:';
+SET slidewin.test_now = '2030-01-01 00:00:00+00';
+SET slidewin.command_timeout = 1;
+SET slidewin.connect_timeout = 1;
+SELECT set_config('slidewin.key_prefix', 'elsewhere:', false);
+SELECT rl_reset('p');
+\echo :LAST_ERROR_SQLSTATE
+-- but may use the limiter itself
+SELECT allowed, remaining, store FROM rl_attempt('p', 2, '1 hour');
+RESET ROLE;
+SELECT allowed, remaining FROM rl_peek('p', 2, '1 hour');
+
+-- A value set in a session before the library is loaded is a placeholder;
+-- loading the library must not let an ordinary role's value through.
+RESET slidewin.key_prefix;
+SELECT rl_reset('p-placeholder');
+\c - regress_slidewin_user
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SET slidewin.key_prefix = 'regress:priv:';
+SELECT allowed, remaining, store FROM rl_attempt('p-placeholder', 2, '1 hour');
+SHOW slidewin.key_prefix;
+\c - :superuser
+-- the unit went to the configured prefix, not the one the role asked for
+SELECT allowed, remaining FROM rl_peek('p-placeholder', 2, '1 hour');
+SELECT rl_reset('p-placeholder');
+SET slidewin.key_prefix = 'regress:priv:';
+SELECT allowed, remaining FROM rl_peek('p-placeholder', 2, '1 hour');
+SELECT rl_reset('p');
+DROP ROLE regress_slidewin_user;

@@ -1,0 +1,42 @@
+-- Redis failures before the fallback store exists: an ERROR with SQLSTATE
+-- 08001/08006 and the cause in DETAIL; the next call works once Redis is back.
+SET slidewin.key_prefix = 'regress:errors:';
+SELECT rl_reset('e');
+
+-- nothing listens on port 1
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SELECT * FROM rl_attempt('e', 5, '1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM rl_peek('e', 5, '1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_reset('e');
+\echo :LAST_ERROR_SQLSTATE
+-- the password never shows in a message
+SET slidewin.redis_url = 'redis://:s3cret@127.0.0.1:1';
+SELECT * FROM rl_attempt('e', 5, '1 minute');
+SET slidewin.redis_url = 'unix:///nonexistent/redis.sock?db=2';
+SELECT * FROM rl_attempt('e', 5, '1 minute');
+\echo :LAST_ERROR_SQLSTATE
+
+-- back to the configured server: works at once
+RESET slidewin.redis_url;
+SELECT allowed, remaining, store FROM rl_attempt('e', 5, '1 minute');
+
+-- malformed URLs are refused when set
+SET slidewin.redis_url = 'http://127.0.0.1';
+SET slidewin.redis_url = 'redis://127.0.0.1:99999';
+SET slidewin.redis_url = 'redis://127.0.0.1:6379/x';
+SET slidewin.redis_url = 'redis://';
+SET slidewin.redis_url = 'unix://relative/path';
+SET slidewin.redis_url = 'unix:///tmp/r.sock?database=1';
+SET slidewin.redis_url = 'redis://[::1';
+-- well-formed ones are accepted
+SET slidewin.redis_url = 'redis://user:p%40ss@[::1]:6380/3';
+SET slidewin.redis_url = 'unix://:pw@/var/run/redis.sock?db=1';
+RESET slidewin.redis_url;
+
+-- timeouts have bounds
+SET slidewin.command_timeout = 0;
+SET slidewin.connect_timeout = '2min';
+SHOW slidewin.command_timeout;
+SHOW slidewin.connect_timeout;
