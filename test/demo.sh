@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make demo`: start a throwaway Redis and PostgreSQL on loopback, run the
+# scenario in demo.sql against them, and stop both again.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+work=$(mktemp -d)
+chmod 755 "$work"
+cleanup() {
+    stop_pg "$work/pg" >/dev/null 2>&1 || true
+    stop_redis "$work/redis" >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+redis_port=$(free_port)
+mkdir -p "$work/redis"
+start_redis "$redis_port" "$work/redis" >/dev/null
+pg_port=$(free_port)
+start_pg "$pg_port" "$work/pg" "$redis_port" >/dev/null
+
+echo "slidewin demo: PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis_port"
+"$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo.sql"

@@ -1,0 +1,66 @@
+-- The scenario `make demo` runs against a throwaway PostgreSQL and Redis.
+\set ON_ERROR_STOP on
+\pset footer off
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS slidewin;
+
+\echo
+\echo '== 1. Allow and deny: 3 requests per 10 seconds for one API key'
+-- one call per row: the volatile call in the select list of a subquery
+SELECT request, (r).allowed, (r).remaining, (r).retry_after, (r).store
+FROM (SELECT n AS request, rl_attempt('demo:api:alice', 3, '10 seconds') AS r
+      FROM generate_series(1, 5) AS n) AS calls;
+\echo 'The usage endpoint reads the state without spending anything:'
+SELECT * FROM rl_peek('demo:api:alice', 3, '10 seconds');
+
+\echo
+\echo '== 2. Weighted costs: a search costs 100 units, a list 1, against 9,500 units per hour'
+SELECT count(*) FILTER (WHERE rl_allow('demo:budget:acme', 9500, '1 hour', 100)) AS searches_admitted
+FROM generate_series(1, 90);
+SELECT count(*) FILTER (WHERE rl_allow('demo:budget:acme', 9500, '1 hour', 1)) AS lists_admitted
+FROM generate_series(1, 499);
+\echo 'One unit is left: another search is refused, a list still fits.'
+SELECT 'search' AS call, allowed, remaining FROM rl_attempt('demo:budget:acme', 9500, '1 hour', 100)
+UNION ALL
+SELECT 'list', allowed, remaining FROM rl_attempt('demo:budget:acme', 9500, '1 hour', 1);
+
+\echo
+\echo '== 3. A per-tenant trigger rejects an expensive insert (3 reports per minute per tenant)'
+CREATE TABLE demo_reports (tenant text NOT NULL, title text NOT NULL);
+CREATE FUNCTION demo_reports_quota() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT rl_allow('demo:reports:' || NEW.tenant, 3, '1 minute') THEN
+        RAISE EXCEPTION 'report quota exceeded for tenant %', NEW.tenant
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER reports_quota BEFORE INSERT ON demo_reports
+    FOR EACH ROW EXECUTE FUNCTION demo_reports_quota();
+INSERT INTO demo_reports VALUES ('acme', 'q1'), ('acme', 'q2'), ('acme', 'q3');
+\set ON_ERROR_STOP off
+INSERT INTO demo_reports VALUES ('acme', 'q4');
+\set ON_ERROR_STOP on
+INSERT INTO demo_reports VALUES ('globex', 'q1');
+SELECT tenant, count(*) AS reports FROM demo_reports GROUP BY tenant ORDER BY tenant;
+
+\echo
+\echo '== 4. A procedure stops its ingestion loop cleanly when the budget is spent'
+CREATE TABLE demo_ingested (region int);
+CREATE PROCEDURE demo_ingest(budget_key text) LANGUAGE plpgsql AS $$
+DECLARE
+    r rl_result;
+BEGIN
+    FOR region IN 1..20 LOOP
+        r := rl_attempt(budget_key, 12, '1 hour', 5);
+        IF NOT r.allowed THEN
+            RAISE NOTICE 'budget spent after % regions; retry in %', region - 1, r.retry_after;
+            EXIT;
+        END IF;
+        INSERT INTO demo_ingested VALUES (region);
+        COMMIT;
+    END LOOP;
+END $$;
+SET client_min_messages = notice;
+CALL demo_ingest('demo:upstream:geo');
+SELECT count(*) AS regions_ingested FROM demo_ingested;
