@@ -1,0 +1,313 @@
+# SlidewinTest: helpers for slidewin's TAP scripts (test/t/*.pl).
+#
+# A script starts its own Redis servers and PostgreSQL nodes; it does not use
+# the servers that run_all.sh started for pg_regress.  Everything this module
+# starts is killed when the script ends, on success or failure, and also when
+# the script is stopped by SIGTERM or SIGINT (a harness timeout, ^C).
+#
+#   use SlidewinTest;
+#   my $redis = SlidewinTest::start_redis();
+#   my $node  = SlidewinTest::new_node('main', $redis);
+#   is($redis->cli('ping'), 'PONG');
+#   $redis->kill9;   # Redis vanishes without a goodbye
+#   $redis->restart; # same port, same directory, empty data set
+#
+# Redis objects (SlidewinTest::Redis) have these methods:
+#   port, dir, pid, url      where it runs
+#   cli(@args)               run redis-cli against it; returns trimmed stdout
+#                            (in list context: stdout, stderr, exit status)
+#   cli_bg(@args)            start redis-cli without waiting; returns an
+#                            IPC::Run harness (call ->finish on it), and in
+#                            list context also refs to its stdout and stderr
+#   alive                    the process exists
+#   stop                     SHUTDOWN NOSAVE, and wait for the process to go
+#   kill9                    SIGKILL, and wait for the process to go
+#   restart                  stop if running, then start on the same port/dir
+#   freeze, thaw             SIGSTOP / SIGCONT: a server that hangs
+#   pause_ms($ms)            CLIENT PAUSE $ms: commands stall for $ms
+#   debug_sleep_bg($secs)    DEBUG SLEEP in the background: Redis is busy
+#
+# The repository root is in $ENV{SLIDEWIN_SRC}; see SlidewinTest::src_dir.
+
+package SlidewinTest;
+
+use strict;
+use warnings;
+
+use Carp;
+use Exporter 'import';
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+our @EXPORT_OK = qw(start_redis new_node src_dir);
+
+my @all_redis;
+
+# PostgreSQL 15 keeps get_free_port in Cluster; later releases moved it to
+# Utils.  Either way ports are reserved in the shared port lock directory,
+# so parallel scripts do not collide.
+sub free_port
+{
+	my $f = PostgreSQL::Test::Utils->can('get_free_port')
+	  // \&PostgreSQL::Test::Cluster::get_free_port;
+	return $f->();
+}
+
+sub src_dir
+{
+	return $ENV{SLIDEWIN_SRC}
+	  // croak 'SLIDEWIN_SRC is not set (run through test/run_all.sh)';
+}
+
+# start_redis(%opts): a fresh Redis on 127.0.0.1 with no persistence.
+#   port  => fixed port (default: a free one)
+#   args  => [ extra redis-server arguments, e.g. '--maxmemory', '1mb' ]
+sub start_redis
+{
+	my (%opts) = @_;
+	my $self = bless {
+		port => $opts{port} // free_port(),
+		dir  => PostgreSQL::Test::Utils::tempdir('redis'),
+		args => $opts{args} // [],
+		pid  => undef,
+	}, 'SlidewinTest::Redis';
+	push @all_redis, $self;
+	$self->_launch;
+	return $self;
+}
+
+# new_node($name, $redis [, $extra_conf]): an initialised, started node with
+# slidewin.redis_url pointing at $redis (a SlidewinTest::Redis or a port; undef
+# for none) and the extension created in database postgres.  $extra_conf is a
+# string or an array ref of postgresql.conf lines.
+sub new_node
+{
+	my ($name, $redis, $extra_conf) = @_;
+	my $port = ref $redis ? $redis->port : $redis;
+
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+
+	my $conf = '';
+	$conf .= "slidewin.redis_url = 'redis://127.0.0.1:$port'\n"
+	  if defined $port;
+	if (defined $extra_conf)
+	{
+		$conf .= join("\n", ref $extra_conf ? @$extra_conf : ($extra_conf))
+		  . "\n";
+	}
+	$node->append_conf('postgresql.conf', $conf) if $conf ne '';
+
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION slidewin');
+	return $node;
+}
+
+# Redis 7 refuses DEBUG unless this is set; older servers reject the option.
+sub _debug_args
+{
+	my $version = `redis-server --version`;
+	return ($version =~ /v=(\d+)\./ && $1 >= 7)
+	  ? ('--enable-debug-command', 'yes')
+	  : ();
+}
+
+# Let END blocks (ours, Cluster's) run when a harness timeout or ^C stops us,
+# so no server outlives the script.
+$SIG{TERM} = $SIG{INT} = sub {
+	diag("killed by SIG$_[0]; stopping servers");
+	exit 1;
+};
+
+END
+{
+	my $exit_code = $?;
+	foreach my $r (@all_redis)
+	{
+		$r->_kill('KILL') if $r->alive;
+	}
+	$? = $exit_code;
+}
+
+package SlidewinTest::Redis;
+
+use strict;
+use warnings;
+
+use Carp;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+sub port { return $_[0]->{port} }
+sub dir  { return $_[0]->{dir} }
+sub pid  { return $_[0]->{pid} }
+sub url  { return 'redis://127.0.0.1:' . $_[0]->{port} }
+
+sub _pidfile { return $_[0]->{dir} . '/redis.pid' }
+
+sub _launch
+{
+	my ($self) = @_;
+	my $dir = $self->{dir};
+	unlink $self->_pidfile;
+
+	my @cmd = (
+		'redis-server',
+		'--port'       => $self->{port},
+		'--bind'       => '127.0.0.1',
+		'--daemonize'  => 'yes',
+		'--save'       => '',
+		'--appendonly' => 'no',
+		'--dir'        => $dir,
+		'--pidfile'    => $self->_pidfile,
+		'--logfile'    => "$dir/redis.log",
+		SlidewinTest::_debug_args(),
+		@{ $self->{args} });
+	note("starting redis on port $self->{port}");
+	system(@cmd) == 0 or croak "redis-server did not launch: @cmd";
+
+	# Wait until the server answering on the port is the one we started.
+	my $deadline = time + 10;
+	while (time < $deadline)
+	{
+		if (-s $self->_pidfile)
+		{
+			my $pid = PostgreSQL::Test::Utils::slurp_file($self->_pidfile);
+			chomp $pid;
+			my $info = $self->cli('info', 'server');
+			if ($info =~ /^process_id:(\d+)/m && $1 == $pid)
+			{
+				$self->{pid} = $pid;
+				return;
+			}
+		}
+		usleep(50_000);
+	}
+	my $log =
+	  -f "$dir/redis.log"
+	  ? PostgreSQL::Test::Utils::slurp_file("$dir/redis.log")
+	  : '(no log)';
+	croak "redis on port $self->{port} did not come up in 10 s:\n$log";
+}
+
+sub cli
+{
+	my ($self, @args) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run(
+		[ 'redis-cli', '-h', '127.0.0.1', '-p', $self->{port}, @args ],
+		'<', \undef, '>', \$out, '2>', \$err);
+	my $status = $? >> 8;
+	s/\s+\z// for $out, $err;
+	return wantarray ? ($out, $err, $status) : $out;
+}
+
+sub cli_bg
+{
+	my ($self, @args) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'redis-cli', '-h', '127.0.0.1', '-p', $self->{port}, @args ],
+		'<', \undef, '>', \$out, '2>', \$err);
+	return wantarray ? ($h, \$out, \$err) : $h;
+}
+
+# A daemonized Redis is not our child; once dead it may linger as a zombie
+# until some init reaps it, so a zombie counts as gone.
+sub alive
+{
+	my ($self) = @_;
+	my $pid = $self->{pid};
+	return 0 unless defined $pid && kill(0, $pid);
+	if (open my $fh, '<', "/proc/$pid/stat")
+	{
+		my $stat = <$fh> // '';
+		close $fh;
+		return 0 if $stat =~ /\)\s+[ZX]\s/;
+	}
+	return 1;
+}
+
+sub _wait_gone
+{
+	my ($self) = @_;
+	my $deadline = time + 10;
+	while ($self->alive && time < $deadline)
+	{
+		usleep(20_000);
+	}
+	croak "redis pid $self->{pid} still alive" if $self->alive;
+	$self->{pid} = undef;
+	return;
+}
+
+sub _kill
+{
+	my ($self, $sig) = @_;
+	return unless $self->alive;
+	kill('CONT', $self->{pid});    # a frozen server cannot act on TERM
+	kill($sig, $self->{pid});
+	$self->_wait_gone;
+	return;
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->alive;
+	kill('CONT', $self->{pid});
+	$self->cli('shutdown', 'nosave');
+	$self->_wait_gone;
+	return;
+}
+
+sub kill9
+{
+	my ($self) = @_;
+	croak 'redis is not running' unless $self->alive;
+	note("SIGKILL to redis pid $self->{pid}");
+	$self->_kill('KILL');
+	return;
+}
+
+sub restart
+{
+	my ($self) = @_;
+	$self->stop if $self->alive;
+	$self->_launch;
+	return;
+}
+
+sub freeze
+{
+	my ($self) = @_;
+	croak 'redis is not running' unless $self->alive;
+	kill('STOP', $self->{pid});
+	return;
+}
+
+sub thaw
+{
+	my ($self) = @_;
+	kill('CONT', $self->{pid}) if $self->alive;
+	return;
+}
+
+sub pause_ms
+{
+	my ($self, $ms) = @_;
+	my $r = $self->cli('client', 'pause', $ms);
+	croak "CLIENT PAUSE failed: $r" unless $r eq 'OK';
+	return;
+}
+
+sub debug_sleep_bg
+{
+	my ($self, $secs) = @_;
+	return $self->cli_bg('debug', 'sleep', $secs);
+}
+
+1;

@@ -1,0 +1,332 @@
+#!/usr/bin/env bash
+# Run every slidewin test suite; `make test` calls this after `make install`.
+#
+# Suites, each found by globbing (a suite with no files is simply absent):
+#   regression  sql/*.sql except sql/slidewin--*.sql, expected/*.out;
+#               pg_regress against the server started here
+#   isolation   test/isolation/specs/*.spec, test/isolation/expected/*.out;
+#               pg_isolation_regress against the same server
+#   TAP         test/t/*.pl, run by prove; each script starts its own
+#               servers through test/perl/SlidewinTest.pm
+#
+# Every regression test, isolation spec and TAP file counts as one test.  A
+# test passes only when its runner says so; one that did not run is a
+# failure, and so is a harness step that could not run (a server that does
+# not start).  The last line of output is always `N passed, M failed`; the
+# exit status is non-zero when M > 0, and a run that finds no tests at all
+# reports `0 passed, 1 failed`.
+#
+# Knobs (environment):
+#   PG_CONFIG              pg_config of the server to test (default: 15)
+#   SLIDEWIN_TAP_JOBS      TAP files run at once (default: CPUs, at most 4)
+#   SLIDEWIN_SUITE_TIMEOUT seconds for pg_regress or isolation (default 900)
+#   SLIDEWIN_TAP_TIMEOUT   seconds for one TAP file (default 600)
+#   SLIDEWIN_KEEP=1        keep the work directory (logs, data) afterwards
+#   PG_TEST_PORT_DIR       port lock directory shared with other runs (default:
+#                          one per run, so parallel runs only have bind checks)
+#
+# TAP scripts run as $SLIDEWIN_PG_USER (postgres when we are root), from a
+# directory that user can write, with this environment:
+#   SLIDEWIN_SRC           repository root (a private copy if the checkout is
+#                          unreadable to that user)
+#   PERL5LIB               PostgreSQL's TAP modules, then test/perl
+#   PATH                   the server's bin directory first
+#   TESTDIR, PG_REGRESS, PG_TEST_PORT_DIR   what PostgreSQL::Test::Cluster needs
+#   SLIDEWIN_REDIS_PORT, SLIDEWIN_PGHOST, SLIDEWIN_PGPORT
+#                          the shared servers, when they started (PGHOST and
+#                          PGPORT are passed too, but PostgreSQL::Test::Utils
+#                          deletes them when it loads)
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+# shellcheck source-path=SCRIPTDIR
+. "$here/lib.sh"
+
+suite_timeout=${SLIDEWIN_SUITE_TIMEOUT:-900}
+tap_timeout=${SLIDEWIN_TAP_TIMEOUT:-600}
+tap_jobs=${SLIDEWIN_TAP_JOBS:-$(nproc 2>/dev/null || echo 1)}
+if [[ -z ${SLIDEWIN_TAP_JOBS:-} ]] && ((tap_jobs > 4)); then
+	tap_jobs=4
+fi
+diff_lines=300
+tap_log_lines=150
+
+passed=0
+failed=0
+failures=()
+work=
+finished=
+interrupted=
+declare -A running=() # pid of a background runner -> what it runs
+
+pass() { passed=$((passed + 1)); }
+fail() {
+	failed=$((failed + 1))
+	failures+=("$1")
+}
+
+banner() { printf '\n======== %s ========\n' "$*"; }
+
+# Print FILE, at most LIMIT lines, saying how much was left out.
+print_capped() {
+	local file=$1 limit=$2 total
+	[[ -f $file ]] || return 0
+	total=$(wc -l <"$file")
+	head -n "$limit" "$file"
+	if ((total > limit)); then
+		echo "... ($((total - limit)) more lines not shown)"
+	fi
+}
+
+# Stop what we started (by pid), report, and leave.  Runs on every exit.
+# shellcheck disable=SC2317
+finish() {
+	local rc=$? pid
+	trap - EXIT INT TERM
+	if [[ -n $interrupted ]]; then
+		fail "run interrupted"
+	elif [[ -z $finished ]]; then
+		fail "harness stopped early (status $rc)"
+	fi
+	for pid in "${!running[@]}"; do
+		fail "${running[$pid]} (did not finish)"
+		kill -TERM "$pid" 2>/dev/null
+	done
+	for pid in "${!running[@]}"; do
+		wait "$pid" 2>/dev/null
+	done
+	if [[ -n $work ]]; then
+		{
+			stop_pg "$work/pg"
+			stop_redis "$work/redis"
+			reap_under "$work"
+		} >/dev/null 2>&1
+		if [[ ${SLIDEWIN_KEEP:-} == 1 ]]; then
+			echo "work directory kept: $work"
+		else
+			rm -rf "$work"
+		fi
+	fi
+	if ((passed + failed == 0)); then
+		echo "no tests found: nothing was checked"
+		failed=1
+	fi
+	if ((${#failures[@]} > 0)); then
+		echo
+		echo "failed:"
+		printf '  %s\n' "${failures[@]}"
+	fi
+	echo "$passed passed, $failed failed"
+	if ((failed > 0)); then
+		exit 1
+	fi
+	exit 0
+}
+trap finish EXIT
+trap 'interrupted=1; exit 130' INT TERM
+
+# bounded LOG CMD...: run CMD in the background under `timeout`, so that a
+# hung suite ends and a signal to us is handled at once; output goes to LOG.
+bounded() {
+	local log=$1 pid rc
+	shift
+	timeout -k 15 "$@" >"$log" 2>&1 </dev/null &
+	pid=$!
+	running[$pid]=$(basename "$log" .log)
+	wait "$pid"
+	rc=$?
+	unset "running[$pid]"
+	return "$rc"
+}
+
+# List NAMEs for files DIR/*SUFFIX, sorted bytewise like make's $(sort).
+list_names() {
+	local dir=$1 suffix=$2 f
+	for f in "$dir"/*"$suffix"; do
+		[[ -f $f ]] || continue
+		f=${f##*/}
+		echo "${f%"$suffix"}"
+	done | LC_ALL=C sort
+}
+
+# ---- discover ---------------------------------------------------------------
+
+mapfile -t regress_tests < <(list_names "$repo/sql" .sql | grep -v '^slidewin--')
+mapfile -t isolation_tests < <(list_names "$repo/test/isolation/specs" .spec)
+mapfile -t tap_tests < <(list_names "$repo/test/t" .pl)
+
+echo "found ${#regress_tests[@]} regression tests, ${#isolation_tests[@]} isolation specs, ${#tap_tests[@]} TAP files"
+if ((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_tests[@]} == 0)); then
+	finished=1
+	exit
+fi
+
+for tool in "$PG_REGRESS" "$PG_ISOLATION_REGRESS" "$PG_BINDIR/initdb"; do
+	if [[ ! -x $tool ]]; then
+		echo "missing PostgreSQL tool: ${tool:-(pg_config $PG_CONFIG not found)}; run test/deps.sh" >&2
+		fail "setup: PostgreSQL tools"
+		finished=1
+		exit
+	fi
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/slidewin-test.XXXXXX") || {
+	fail "setup: mktemp"
+	finished=1
+	exit
+}
+# Clusters run as $SLIDEWIN_PG_USER, which must be able to enter the work dir.
+chmod 755 "$work"
+if ! as_pg_user test -x "$work"; then
+	echo "user $SLIDEWIN_PG_USER cannot reach $work; set TMPDIR to a directory it can" >&2
+	fail "setup: work directory"
+	finished=1
+	exit
+fi
+
+# ---- shared servers for pg_regress and isolation ------------------------------
+
+server_ok=
+redis_port=$(free_port) && start_redis "$redis_port" "$work/redis" &&
+	pg_port=$(free_port) && start_pg "$pg_port" "$work/pg" "$redis_port" &&
+	server_ok=1
+if [[ -n $server_ok ]]; then
+	export SLIDEWIN_REDIS_PORT=$redis_port PGHOST=127.0.0.1 PGPORT=$pg_port
+	echo "redis on 127.0.0.1:$redis_port, postgres on 127.0.0.1:$pg_port (work dir $work)"
+else
+	fail "setup: could not start the Redis and PostgreSQL servers"
+fi
+
+# run_pgxs_suite TITLE RUNNER INPUTDIR DBNAME TESTS...: one pg_regress-style
+# run; each named test counts as passed only if the runner printed `ok` for it.
+run_pgxs_suite() {
+	local title=$1 runner=$2 inputdir=$3 dbname=$4 t re rc outdir log
+	shift 4
+	(($# > 0)) || return 0
+	banner "$title ($# tests)"
+	if [[ -z $server_ok ]]; then
+		echo "not run: no server"
+		for t in "$@"; do fail "$title: $t (not run)"; done
+		return
+	fi
+	outdir=$work/$title
+	log=$work/$title.log
+	mkdir -p "$outdir"
+	bounded "$log" "$suite_timeout" "$runner" \
+		--inputdir="$inputdir" --outputdir="$outdir" --bindir="$PG_BINDIR" \
+		--host=127.0.0.1 --port="$pg_port" --user=postgres \
+		--dbname="$dbname" --load-extension=slidewin "$@"
+	rc=$?
+	cat "$log"
+	if ((rc == 124 || rc == 137)); then
+		echo "$title: TIMED OUT after $suite_timeout s"
+	fi
+	for t in "$@"; do
+		# PostgreSQL 15: "test NAME ... ok"; 16 and later: "ok N - NAME".
+		re=$(printf %s "$t" | sed 's/[][\.*^$+?(){}|/]/\\&/g')
+		if grep -Eq "^(test)? +$re +\.\.\. ok( |\$)|^ok [0-9]+ +[-+] +$re( |\$)" "$log"; then
+			pass
+		else
+			fail "$title: $t"
+		fi
+	done
+	if [[ -s $outdir/regression.diffs ]]; then
+		banner "$title: regression.diffs"
+		print_capped "$outdir/regression.diffs" "$diff_lines"
+	fi
+}
+
+run_pgxs_suite regression "$PG_REGRESS" "$repo" contrib_regression "${regress_tests[@]}"
+run_pgxs_suite isolation "$PG_ISOLATION_REGRESS" "$repo/test/isolation" isolation_regression "${isolation_tests[@]}"
+
+# ---- TAP ------------------------------------------------------------------------
+
+run_tap_suite() {
+	(($# > 0)) || return 0
+	banner "TAP ($# files, $tap_jobs at a time)"
+	local tapdir=$work/tap src=$repo t pid rc
+	local -A rc_of=()
+
+	mkdir -p "$tapdir/portlock"
+	if ((EUID == 0)); then
+		chown -R "$SLIDEWIN_PG_USER:" "$tapdir"
+	fi
+	# The scripts run as $SLIDEWIN_PG_USER; give it a copy if it cannot read
+	# the checkout (e.g. one below a private home directory).
+	# shellcheck disable=SC2016
+	if ! as_pg_user sh -c 'find "$1/test" -type f -exec cat {} + >/dev/null 2>&1' _ "$repo"; then
+		src=$work/src
+		mkdir -p "$src"
+		tar -C "$repo" --exclude=./.git -cf - . | tar -C "$src" -xf -
+		if ((EUID == 0)); then
+			chown -R "$SLIDEWIN_PG_USER:" "$src"
+		fi
+		echo "($SLIDEWIN_PG_USER cannot read $repo; running TAP from a copy)"
+	fi
+
+	local -a prefix envs
+	mapfile -t prefix < <(pg_user_prefix)
+	envs=(
+		PATH="$PG_BINDIR:$PATH"
+		PERL5LIB="$PG_TAP_PERL:$src/test/perl"
+		TESTDIR="$tapdir"
+		PG_REGRESS="$PG_REGRESS"
+		PG_TEST_PORT_DIR="${PG_TEST_PORT_DIR:-$tapdir/portlock}"
+		SLIDEWIN_SRC="$src"
+	)
+	if [[ -n $server_ok ]]; then
+		# PostgreSQL::Test::Utils deletes PGHOST and PGPORT when it loads, so
+		# scripts that want the shared server read the SLIDEWIN_ names.
+		envs+=(
+			SLIDEWIN_REDIS_PORT="$redis_port"
+			PGHOST=127.0.0.1 PGPORT="$pg_port"
+			SLIDEWIN_PGHOST=127.0.0.1 SLIDEWIN_PGPORT="$pg_port"
+		)
+	fi
+
+	# Start up to $tap_jobs files at once; collect exit statuses by pid.
+	local -a queue=("$@")
+	local -A name_of=()
+	while ((${#queue[@]} > 0 || ${#name_of[@]} > 0)); do
+		while ((${#queue[@]} > 0 && ${#name_of[@]} < tap_jobs)); do
+			t=${queue[0]}
+			queue=("${queue[@]:1}")
+			timeout -k 15 "$tap_timeout" "${prefix[@]}" env -C "$tapdir" "${envs[@]}" \
+				prove "$src/test/t/$t.pl" >"$tapdir/$t.out" 2>&1 </dev/null &
+			pid=$!
+			name_of[$pid]=$t
+			running[$pid]="TAP: $t"
+		done
+		pid=
+		wait -n -p pid "${!name_of[@]}"
+		rc=$?
+		[[ -n $pid ]] || continue
+		rc_of[${name_of[$pid]}]=$rc
+		unset "name_of[$pid]" "running[$pid]"
+	done
+
+	for t in "$@"; do
+		cat "$tapdir/$t.out"
+		rc=${rc_of[$t]}
+		if ((rc == 0)); then
+			pass
+			continue
+		fi
+		if ((rc == 124 || rc == 137)); then
+			echo "$t: TIMED OUT after $tap_timeout s"
+		fi
+		fail "TAP: $t"
+		banner "TAP $t: last $tap_log_lines lines of its log"
+		if [[ -f $tapdir/tmp_check/log/regress_log_$t ]]; then
+			tail -n "$tap_log_lines" "$tapdir/tmp_check/log/regress_log_$t"
+		else
+			echo "(no log)"
+		fi
+	done
+}
+
+run_tap_suite "${tap_tests[@]}"
+
+finished=1
+exit 0
