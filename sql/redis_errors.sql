@@ -1,6 +1,9 @@
--- Redis failures before the fallback store exists: an ERROR with SQLSTATE
+-- Redis failures under the error policy: an ERROR with SQLSTATE
 -- 08001/08006 and the cause in DETAIL; the next call works once Redis is back.
 SET slidewin.key_prefix = 'regress:errors:';
+-- the error policy, and no circuit breaker: every call tries Redis
+SET slidewin.on_redis_error = 'error';
+SET slidewin.redis_retry_interval = 0;
 SELECT rl_reset('e');
 
 -- nothing listens on port 1

@@ -135,6 +135,7 @@ limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o)
 
 	values[0] = BoolGetDatum(o->allowed);
 	values[1] = Int64GetDatum(o->remaining);
+	nulls[1] = nulls[3] = !o->known;
 	values[2] = IntervalPGetDatum(retry);
 	values[3] = TimestampTzGetDatum(o->reset_at_us - UNIX_TO_PG_US);
 	values[4] = CStringGetTextDatum(o->store);

@@ -30,7 +30,8 @@ typedef struct RlOutcome
 	int64		retry_us;		/* 0 when allowed */
 	int64		reset_at_us;	/* Unix microseconds */
 	int64		used;			/* units in the window, this call included if admitted */
-	const char *store;			/* "redis", ... */
+	const char *store;			/* "redis", "fallback" or "none" */
+	bool		known;			/* false: remaining and reset_at are unknown (NULL) */
 } RlOutcome;
 
 extern char *slidewin_test_now;

@@ -14,6 +14,10 @@
 #include "fmgr.h"
 #include "utils/guc.h"
 
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "fallback.h"
 #include "limit.h"
 #include "redis_conn.h"
 #include "store_redis.h"
@@ -21,6 +25,25 @@
 PG_MODULE_MAGIC;
 
 static char *slidewin_redis_url = NULL;
+
+typedef enum FailurePolicy
+{
+	POLICY_FALLBACK,
+	POLICY_ALLOW,
+	POLICY_DENY,
+	POLICY_ERROR
+} FailurePolicy;
+
+static const struct config_enum_entry policy_options[] = {
+	{"fallback", POLICY_FALLBACK, false},
+	{"allow", POLICY_ALLOW, false},
+	{"deny", POLICY_DENY, false},
+	{"error", POLICY_ERROR, false},
+	{NULL, 0, false}
+};
+
+static int	slidewin_on_redis_error = POLICY_FALLBACK;
+static int	slidewin_redis_retry_interval = 1000;
 
 PG_FUNCTION_INFO_V1(slidewin_attempt);
 PG_FUNCTION_INFO_V1(slidewin_allow);
@@ -119,6 +142,26 @@ define_settings(void)
 							   0,
 							   NULL, NULL, NULL);
 
+	DefineCustomEnumVariable("slidewin.on_redis_error",
+							 gettext_noop("What a call does when Redis cannot answer."),
+							 gettext_noop("fallback uses the table store in this database; "
+										  "allow and deny answer without a store; error raises an error."),
+							 &slidewin_on_redis_error,
+							 POLICY_FALLBACK,
+							 policy_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("slidewin.redis_retry_interval",
+							gettext_noop("How long a backend leaves Redis alone after a failure."),
+							NULL,
+							&slidewin_redis_retry_interval,
+							1000, 0, 3600000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("slidewin");
 }
 
@@ -126,15 +169,74 @@ void
 _PG_init(void)
 {
 	define_settings();
+	fallback_init();
 }
 
 /* ---------------------------------------------------------------------
- * Failure handling
+ * Failure policy
+ *
+ * What a call does when Redis cannot answer. The setting is superuser-only;
+ * a call site may choose for its own call through the trailing
+ * on_redis_error argument, which governs nothing but that call.
  * ---------------------------------------------------------------------
  */
 
+/*
+ * Circuit breaker: after a failure this backend leaves Redis alone for
+ * slidewin.redis_retry_interval, so that a dead Redis costs one connection
+ * attempt per interval, not one per call. The failure time is kept rather
+ * than a deadline, so that a changed interval takes effect at once.
+ */
+static TimestampTz redis_failed_at = 0;
+static bool redis_has_failed = false;
+static RedisStatus last_failure_status = RS_FAIL_CONNECT;
+static char last_failure[256];
+
+static const char *const policy_names[] = {"fallback", "allow", "deny", "error"};
+
+static int
+call_policy(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *name;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return slidewin_on_redis_error;
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	for (int i = 0; i < lengthof(policy_names); i++)
+		if (strcmp(name, policy_names[i]) == 0)
+			return i;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("argument \"on_redis_error\" must be one of fallback, allow, deny, error"),
+			 errdetail("Got \"%s\".", name)));
+	return POLICY_ERROR;		/* keep compiler quiet */
+}
+
+static bool
+redis_may_be_tried(RedisResult *r)
+{
+	if (!redis_has_failed ||
+		GetCurrentTimestamp() >= TimestampTzPlusMilliseconds(redis_failed_at,
+															 slidewin_redis_retry_interval))
+		return true;
+	r->status = last_failure_status;
+	snprintf(r->message, sizeof(r->message),
+			 "%s (not retried until slidewin.redis_retry_interval has passed)",
+			 last_failure);
+	return false;
+}
+
 static void
-redis_unavailable(const RedisResult *r)
+redis_failed(const RedisResult *r)
+{
+	last_failure_status = r->status;
+	strlcpy(last_failure, r->message, sizeof(last_failure));
+	redis_failed_at = GetCurrentTimestamp();
+	redis_has_failed = true;
+}
+
+static void
+redis_unavailable_error(const RedisResult *r)
 {
 	ereport(ERROR,
 			(errcode(r->status == RS_FAIL_CONNECT ?
@@ -142,6 +244,61 @@ redis_unavailable(const RedisResult *r)
 					 ERRCODE_CONNECTION_FAILURE),
 			 errmsg("slidewin could not reach Redis"),
 			 errdetail_internal("%s", r->message)));
+}
+
+/* The outcome of the allow and deny policies: no store was consulted. */
+static void
+policy_outcome(bool allowed, RlOutcome *o)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	o->allowed = allowed;
+	o->known = false;
+	o->remaining = 0;
+	o->reset_at_us = 0;
+	o->used = 0;
+	o->store = "none";
+	o->retry_us = 0;
+	if (!allowed && redis_has_failed)
+	{
+		TimestampTz retry_at = TimestampTzPlusMilliseconds(redis_failed_at,
+														   slidewin_redis_retry_interval);
+
+		if (retry_at > now)
+			o->retry_us = retry_at - now;
+	}
+}
+
+typedef bool (*RedisOp) (const RlArgs *args, RlOutcome *o, RedisResult *r);
+typedef void (*FallbackOp) (const RlArgs *args, RlOutcome *o);
+
+static void
+run_with_policy(int policy, const RlArgs *args, RlOutcome *o,
+				RedisOp redis_op, FallbackOp fallback_op)
+{
+	RedisResult r;
+
+	if (redis_may_be_tried(&r))
+	{
+		if (redis_op(args, o, &r))
+			return;
+		redis_failed(&r);
+	}
+
+	switch (policy)
+	{
+		case POLICY_FALLBACK:
+			fallback_op(args, o);
+			break;
+		case POLICY_ALLOW:
+			policy_outcome(true, o);
+			break;
+		case POLICY_DENY:
+			policy_outcome(false, o);
+			break;
+		default:
+			redis_unavailable_error(&r);
+	}
 }
 
 /* ---------------------------------------------------------------------
@@ -153,11 +310,10 @@ static void
 do_attempt(FunctionCallInfo fcinfo, RlOutcome *o)
 {
 	RlArgs		args;
-	RedisResult r;
 
 	limit_check_args(fcinfo, true, &args);
-	if (!redis_store_attempt(&args, o, &r))
-		redis_unavailable(&r);
+	run_with_policy(call_policy(fcinfo, 4), &args, o,
+					redis_store_attempt, fallback_attempt);
 }
 
 Datum
@@ -183,14 +339,18 @@ slidewin_peek(PG_FUNCTION_ARGS)
 {
 	RlArgs		args;
 	RlOutcome	o;
-	RedisResult r;
 
 	limit_check_args(fcinfo, false, &args);
-	if (!redis_store_peek(&args, &o, &r))
-		redis_unavailable(&r);
+	run_with_policy(call_policy(fcinfo, 3), &args, &o,
+					redis_store_peek, fallback_peek);
 	return limit_result_datum(fcinfo, &o);
 }
 
+/*
+ * Forget the key in both stores. The fallback rows go with this transaction;
+ * if Redis cannot be reached its entries stay, and the caller is warned
+ * (or, under the error policy, the whole reset fails).
+ */
 Datum
 slidewin_reset(PG_FUNCTION_ARGS)
 {
@@ -198,7 +358,18 @@ slidewin_reset(PG_FUNCTION_ARGS)
 	RedisResult r;
 
 	limit_check_key(fcinfo, 0, &args);
-	if (!redis_store_reset(&args, &r))
-		redis_unavailable(&r);
+	fallback_reset(&args);
+	if (redis_may_be_tried(&r))
+	{
+		if (redis_store_reset(&args, &r))
+			PG_RETURN_VOID();
+		redis_failed(&r);
+	}
+	if (slidewin_on_redis_error == POLICY_ERROR)
+		redis_unavailable_error(&r);
+	ereport(WARNING,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("the Redis entries of the key were not cleared"),
+			 errdetail_internal("%s", r.message)));
 	PG_RETURN_VOID();
 }

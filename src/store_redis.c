@@ -119,6 +119,7 @@ read_outcome(RedisResult *r, RlOutcome *o)
 	o->reset_at_us = v[3];
 	o->used = v[4];
 	o->store = "redis";
+	o->known = true;
 }
 
 static const char *

@@ -1,0 +1,16 @@
+/*
+ * fallback.h
+ *		The fallback store: the sliding log in an unlogged table, used when
+ *		Redis cannot answer.
+ */
+#ifndef SLIDEWIN_FALLBACK_H
+#define SLIDEWIN_FALLBACK_H
+
+#include "limit.h"
+
+extern void fallback_init(void);
+extern void fallback_attempt(const RlArgs *args, RlOutcome *o);
+extern void fallback_peek(const RlArgs *args, RlOutcome *o);
+extern void fallback_reset(const RlArgs *args);
+
+#endif
