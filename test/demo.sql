@@ -64,3 +64,28 @@ END $$;
 SET client_min_messages = notice;
 CALL demo_ingest('demo:upstream:geo');
 SELECT count(*) AS regions_ingested FROM demo_ingested;
+
+\echo
+\echo '== 5. Redis goes away: the fallback store in PostgreSQL takes over, per the call site policy'
+\echo '(simulated by pointing this session at a closed port; only a superuser can do that)'
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SET slidewin.redis_retry_interval = 0;
+SELECT n AS request, (r).allowed, (r).remaining, (r).store
+FROM (SELECT n, rl_attempt('demo:api:bob', 2, '1 minute') AS r
+      FROM generate_series(1, 3) AS n) AS calls;
+\echo 'Each call site may choose its own policy: fail open for a cheap call, closed for an expensive one.'
+SELECT 'cheap, fail open'   AS call_site, allowed, store FROM rl_attempt('demo:api:carol', 100, '1 minute', 1, 'allow')
+UNION ALL
+SELECT 'costly, fail closed', allowed, store FROM rl_attempt('demo:api:carol', 100, '1 minute', 100, 'deny');
+\set ON_ERROR_STOP off
+SELECT * FROM rl_attempt('demo:api:carol', 100, '1 minute', 1, 'error');
+\set ON_ERROR_STOP on
+\echo 'Fallback units are transactional: a rolled-back admission gives its unit back.'
+BEGIN;
+SELECT allowed, remaining, store FROM rl_attempt('demo:api:dave', 5, '1 minute', 3);
+ROLLBACK;
+SELECT allowed, remaining, store FROM rl_peek('demo:api:dave', 5, '1 minute');
+RESET slidewin.redis_url;
+\echo 'Redis is back: the next call uses it again, with no manual step. Redis did not see the'
+\echo 'fallback admissions: around one switch a window can hold up to 2 x lim (see README).'
+SELECT allowed, remaining, store FROM rl_attempt('demo:api:bob', 2, '1 minute');
