@@ -10,7 +10,10 @@ use Time::HiRes qw(time usleep);
 use SlidewinTest;
 
 my $redis = SlidewinTest::start_redis();
-my $node  = SlidewinTest::new_node('timeouts', $redis);
+# These tests are about the Redis path itself: failures must surface as
+# errors (not go to the fallback store), and every call must try Redis.
+my $node = SlidewinTest::new_node('timeouts', $redis,
+	[ "slidewin.on_redis_error = 'error'", 'slidewin.redis_retry_interval = 0' ]);
 
 # Runs one rl_attempt inside the backend and reports its own duration and
 # SQLSTATE, so psql start-up time does not blur the measurement.
