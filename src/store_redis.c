@@ -133,8 +133,13 @@ clock_arg(char *buf, size_t size)
 	return buf;
 }
 
-bool
-redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *r)
+/*
+ * Run one sliding-log script: ARGV is lim, win, [cost,] now. Attempt and peek
+ * differ only in the script and in whether a cost is passed.
+ */
+static bool
+run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
+			   RlOutcome *o, RedisResult *r)
 {
 	StringInfoData key;
 	char		lim[24],
@@ -142,17 +147,21 @@ redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *r)
 				cost[24],
 				now[24];
 	const char *argv[4];
+	int			n = 0;
 
 	build_key(&key, "log", args);
 	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
 	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
-	snprintf(cost, sizeof(cost), INT64_FORMAT, args->cost);
-	argv[0] = lim;
-	argv[1] = win;
-	argv[2] = cost;
-	argv[3] = clock_arg(now, sizeof(now));
+	argv[n++] = lim;
+	argv[n++] = win;
+	if (with_cost)
+	{
+		snprintf(cost, sizeof(cost), INT64_FORMAT, args->cost);
+		argv[n++] = cost;
+	}
+	argv[n++] = clock_arg(now, sizeof(now));
 
-	script_run(SCRIPT_LOG_ATTEMPT, key.data, key.len, 4, argv, r);
+	script_run(id, key.data, key.len, n, argv, r);
 	pfree(key.data);
 	if (!settle(r))
 		return false;
@@ -161,27 +170,15 @@ redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *r)
 }
 
 bool
+redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *r)
+{
+	return run_log_script(SCRIPT_LOG_ATTEMPT, args, true, o, r);
+}
+
+bool
 redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *r)
 {
-	StringInfoData key;
-	char		lim[24],
-				win[24],
-				now[24];
-	const char *argv[3];
-
-	build_key(&key, "log", args);
-	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
-	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
-	argv[0] = lim;
-	argv[1] = win;
-	argv[2] = clock_arg(now, sizeof(now));
-
-	script_run(SCRIPT_LOG_PEEK, key.data, key.len, 3, argv, r);
-	pfree(key.data);
-	if (!settle(r))
-		return false;
-	read_outcome(r, o);
-	return true;
+	return run_log_script(SCRIPT_LOG_PEEK, args, false, o, r);
 }
 
 bool
