@@ -11,7 +11,7 @@
 MODULE_big = slidewin
 OBJS = src/slidewin.o src/redis_conn.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o
 EXTENSION = slidewin
-DATA = sql/slidewin--1.0.sql
+DATA = sql/slidewin--1.0.sql sql/slidewin--1.0--1.1.sql
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Isrc
 SHLIB_LINK = -lhiredis
 

@@ -38,8 +38,8 @@ SET slidewin.test_now = '2030-01-01 00:01:00.5+00';
 SELECT * FROM rl_peek('f2', 1000, '1 minute');
 SELECT * FROM rl_attempt('f2', 1000, '1 minute', 255);
 SELECT * FROM rl_attempt('f2', 1000, '1 minute', 1);
--- expired rows are deleted by normal calls: only the newest expired row is
--- kept (as the base of the running total), plus the 150 live ones
+-- expired rows are deleted by normal calls: only the 150 live ones remain
+-- (149 of cost 5 and the one of cost 255)
 SELECT count(*) FROM rl_fallback_log WHERE key = 'regress:fb:f2';
 
 -- Fallback consumption is transactional.

@@ -4,12 +4,23 @@
  *		The fallback store: an exact sliding log per key in the unlogged
  *		table rl_fallback_log, used while Redis cannot answer.
  *
- * Layout: the same as in Redis (see scripts.c). Each admitted call is one
- * row (key, ts, total): its admission time in Unix microseconds, strictly
- * increasing per key, and the key's running total of units including this
- * row. Units in the window are newest.total - base.total, where base is the
- * newest row that has left the window; older rows are deleted as calls go.
- * Every call is a few btree descents: O(log n) in the rows of the key.
+ * Layout: each admitted call is one row (key, ts, total, cost, expires):
+ * its admission time in Unix microseconds, strictly increasing per key; the
+ * key's running total of units including this row, so also strictly
+ * increasing; its own cost; and ts + the window it was admitted under.
+ * Units in the window are newest.total - (first.total - first.cost), where
+ * first is the oldest row still in the window, so no expired row is ever
+ * read. Three btrees serve the three questions a call asks, each in one
+ * descent: (key, ts) finds the newest and the first live row, (key, total)
+ * finds the row whose expiry frees enough units for a denied call, and
+ * (expires) finds rows any key has left behind.
+ *
+ * Cleanup: an admitting call deletes its own key's expired rows, and a few
+ * expired rows of any other key (sweep), so the table stays bounded by the live windows even for keys
+ * that are never called again, without a separate job. Because no lookup
+ * reads an expired row, a sweep needs no lock on the keys it cleans; its
+ * deletes never wait, and a row another transaction is deleting is simply
+ * left to it.
  *
  * Concurrency rules:
  *  - A call that may write takes a transaction-level lock on the key (an
@@ -66,33 +77,65 @@
 
 #define UNIX_TO_PG_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
 
+/* Columns of rl_fallback_log. */
+#define FB_ATT_KEY 1
+#define FB_ATT_TS 2
+#define FB_ATT_TOTAL 3
+#define FB_ATT_COST 4
+#define FB_ATT_EXPIRES 5
+#define FB_NATTS 5
+
+/* Expired rows an admitting call deletes, and the most it looks at. */
+#define SWEEP_PER_CALL 4
+#define SWEEP_MAX_VISITS 64
+
+/* Totals restart once a key's window is empty and they have grown this far. */
+#define TOTAL_RESTART (INT64CONST(1) << 62)
+
+typedef enum FbIndex
+{
+	IDX_KEY_TS,
+	IDX_KEY_TOTAL,
+	IDX_EXPIRES,
+	IDX_COUNT
+} FbIndex;
+
+static const char *const index_names[IDX_COUNT] = {
+	"rl_fallback_log_key_ts",
+	"rl_fallback_log_key_total",
+	"rl_fallback_log_expires",
+};
+
 static Oid	log_relid = InvalidOid;
-static Oid	log_indexid = InvalidOid;
+static Oid	index_oids[IDX_COUNT];
 
 typedef struct FbEntry
 {
 	bool		found;
 	int64		ts;
 	int64		total;
+	int64		cost;
 	ItemPointerData tid;
 } FbEntry;
 
 typedef struct FbScan
 {
 	Relation	rel;
-	Relation	idx;
+	Relation	idx[IDX_COUNT];
 	TupleTableSlot *slot;
 	text	   *key;
+	LOCKMODE	mode;
 } FbScan;
 
 static void
 invalidate_oids(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == log_relid || relid == log_indexid)
-	{
+	bool		ours = (relid == InvalidOid || relid == log_relid);
+
+	for (int i = 0; i < IDX_COUNT; i++)
+		ours = ours || relid == index_oids[i];
+	if (ours)
 		log_relid = InvalidOid;
-		log_indexid = InvalidOid;
-	}
 }
 
 void
@@ -128,8 +171,9 @@ lookup_oids(void)
 {
 	Oid			ext;
 	Oid			nsp;
+	bool		missing;
 
-	if (OidIsValid(log_relid) && OidIsValid(log_indexid))
+	if (OidIsValid(log_relid))
 		return;
 	ext = get_extension_oid("slidewin", true);
 	if (!OidIsValid(ext))
@@ -137,13 +181,18 @@ lookup_oids(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("extension \"slidewin\" is not installed in this database")));
 	nsp = extension_schema(ext);
-	log_relid = get_relname_relid("rl_fallback_log", nsp);
-	log_indexid = get_relname_relid("rl_fallback_log_key_ts", nsp);
-	if (!OidIsValid(log_relid) || !OidIsValid(log_indexid))
+	missing = !OidIsValid(get_relname_relid("rl_fallback_log", nsp));
+	for (int i = 0; i < IDX_COUNT; i++)
+	{
+		index_oids[i] = get_relname_relid(index_names[i], nsp);
+		missing = missing || !OidIsValid(index_oids[i]);
+	}
+	if (missing)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("the slidewin fallback table is missing"),
-				 errhint("Recreate the extension with DROP EXTENSION slidewin; CREATE EXTENSION slidewin;")));
+				 errmsg("the slidewin fallback table or one of its indexes is missing"),
+				 errhint("Update the extension with ALTER EXTENSION slidewin UPDATE, or recreate it.")));
+	log_relid = get_relname_relid("rl_fallback_log", nsp);
 }
 
 static int64
@@ -185,43 +234,67 @@ static void
 scan_open(FbScan *s, text *key, LOCKMODE mode)
 {
 	lookup_oids();
+	s->mode = mode;
 	s->rel = table_open(log_relid, mode);
-	s->idx = index_open(log_indexid, mode);
+	if (RelationGetDescr(s->rel)->natts != FB_NATTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the slidewin fallback table has the layout of an older version"),
+				 errhint("Update the extension with ALTER EXTENSION slidewin UPDATE.")));
+	for (int i = 0; i < IDX_COUNT; i++)
+		s->idx[i] = index_open(index_oids[i], mode);
 	s->slot = table_slot_create(s->rel, NULL);
 	s->key = key;
 }
 
 static void
-scan_close(FbScan *s, LOCKMODE mode)
+scan_close(FbScan *s)
 {
 	ExecDropSingleTupleTableSlot(s->slot);
-	index_close(s->idx, mode);
-	table_close(s->rel, mode);
+	for (int i = IDX_COUNT - 1; i >= 0; i--)
+		index_close(s->idx[i], s->mode);
+	table_close(s->rel, s->mode);
 }
 
 /*
- * Start an index scan over the rows of the key, optionally bounded on ts by
- * (strategy, bound).
+ * Start a scan of index `which`: over the rows of the key, optionally
+ * bounded on the index's bigint column by (strategy, bound); the expires
+ * index has no key column, only the bound.
  */
 static IndexScanDesc
-scan_begin(FbScan *s, StrategyNumber strategy, int64 bound)
+scan_begin(FbScan *s, FbIndex which, StrategyNumber strategy, int64 bound)
 {
 	ScanKeyData sk[2];
-	int			nkeys = 1;
+	int			nkeys = 0;
 	IndexScanDesc scan;
 
-	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
+	if (which != IDX_EXPIRES)
+		ScanKeyEntryInitialize(&sk[nkeys++], 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
 	if (strategy != InvalidStrategy)
 	{
-		RegProcedure proc = (strategy == BTLessEqualStrategyNumber) ? F_INT8LE :
-		(strategy == BTLessStrategyNumber) ? F_INT8LT : F_INT8GT;
+		RegProcedure proc;
 
-		ScanKeyEntryInitialize(&sk[1], 0, 2, strategy, InvalidOid,
+		switch (strategy)
+		{
+			case BTLessStrategyNumber:
+				proc = F_INT8LT;
+				break;
+			case BTLessEqualStrategyNumber:
+				proc = F_INT8LE;
+				break;
+			case BTGreaterEqualStrategyNumber:
+				proc = F_INT8GE;
+				break;
+			default:
+				proc = F_INT8GT;
+				break;
+		}
+		ScanKeyEntryInitialize(&sk[nkeys], 0, nkeys + 1, strategy, InvalidOid,
 							   InvalidOid, proc, Int64GetDatum(bound));
-		nkeys = 2;
+		nkeys++;
 	}
-	scan = index_beginscan(s->rel, s->idx, SnapshotSelf, nkeys, 0);
+	scan = index_beginscan(s->rel, s->idx[which], SnapshotSelf, nkeys, 0);
 	index_rescan(scan, sk, nkeys, NULL, 0);
 	return scan;
 }
@@ -237,57 +310,109 @@ scan_next(FbScan *s, IndexScanDesc scan, ScanDirection dir, FbEntry *e)
 		return false;
 	}
 	e->found = true;
-	e->ts = DatumGetInt64(slot_getattr(s->slot, 2, &isnull));
-	e->total = DatumGetInt64(slot_getattr(s->slot, 3, &isnull));
+	e->ts = DatumGetInt64(slot_getattr(s->slot, FB_ATT_TS, &isnull));
+	e->total = DatumGetInt64(slot_getattr(s->slot, FB_ATT_TOTAL, &isnull));
+	e->cost = DatumGetInt64(slot_getattr(s->slot, FB_ATT_COST, &isnull));
 	e->tid = s->slot->tts_tid;
 	return true;
 }
 
-/* The first row found scanning in `dir` under the given bound. */
+/* The first row found scanning index `which` in `dir` under the bound. */
 static void
-scan_first(FbScan *s, ScanDirection dir, StrategyNumber strategy, int64 bound,
-		   FbEntry *e)
+scan_first(FbScan *s, FbIndex which, ScanDirection dir,
+		   StrategyNumber strategy, int64 bound, FbEntry *e)
 {
-	IndexScanDesc scan = scan_begin(s, strategy, bound);
+	IndexScanDesc scan = scan_begin(s, which, strategy, bound);
 
 	scan_next(s, scan, dir, e);
 	index_endscan(scan);
 }
 
 /*
- * Time at which the live rows (ts > cutoff) free `need` units: the ts of the
- * first live row whose running total reaches base + need. Walks at most as
- * many rows as units are needed.
+ * Delete a row unless another transaction is deleting it already; never
+ * waits. Only used on rows that no lookup needs any more (expired, or of a
+ * key being reset), so leaving one to its other deleter is harmless.
  */
-static int64
-freeing_time(FbScan *s, int64 cutoff, int64 base, int64 need)
+static bool
+try_delete(FbScan *s, ItemPointer tid)
 {
-	IndexScanDesc scan = scan_begin(s, BTGreaterStrategyNumber, cutoff);
+	TM_FailureData tmfd;
+
+	return heap_delete(s->rel, tid, GetCurrentCommandId(true), InvalidSnapshot,
+					   false, &tmfd, false) == TM_Ok;
+}
+
+/* Delete every row of the key. The caller holds the key's lock. */
+static void
+delete_key(FbScan *s)
+{
+	IndexScanDesc scan = scan_begin(s, IDX_KEY_TS, InvalidStrategy, 0);
 	FbEntry		e;
-	int64		ts = -1;
+
+	while (scan_next(s, scan, ForwardScanDirection, &e))
+		try_delete(s, &e.tid);
+	index_endscan(scan);
+}
+
+/* Delete the rows of the key that left its window. The caller holds its lock. */
+static void
+delete_expired(FbScan *s, int64 cutoff)
+{
+	IndexScanDesc scan = scan_begin(s, IDX_KEY_TS, BTLessEqualStrategyNumber, cutoff);
+	FbEntry		e;
+
+	while (scan_next(s, scan, ForwardScanDirection, &e))
+		try_delete(s, &e.tid);
+	index_endscan(scan);
+}
+
+/*
+ * Delete up to `want` rows of any key whose window ended before now, looking
+ * at no more than SWEEP_MAX_VISITS candidates. Returns true if it stopped
+ * at one of those bounds, that is, if expired rows may remain.
+ */
+static bool
+sweep(FbScan *s, int64 now, int want)
+{
+	IndexScanDesc scan = scan_begin(s, IDX_EXPIRES, BTLessStrategyNumber, now);
+	FbEntry		e;
+	int			deleted = 0;
+	int			visits = 0;
+	bool		more = false;
 
 	while (scan_next(s, scan, ForwardScanDirection, &e))
 	{
-		CHECK_FOR_INTERRUPTS();
-		if (e.total - base >= need)
+		if (try_delete(s, &e.tid))
+			deleted++;
+		if (deleted >= want || ++visits >= SWEEP_MAX_VISITS)
 		{
-			ts = e.ts;
+			more = true;
 			break;
 		}
 	}
 	index_endscan(scan);
-	if (ts < 0)
-		elog(ERROR, "slidewin fallback log is inconsistent");
-	return ts;
+	return more;
+}
+
+bool
+fallback_sweep(int want)
+{
+	FbScan		s;
+	bool		more;
+
+	scan_open(&s, NULL, RowExclusiveLock);
+	more = sweep(&s, fallback_now(), want);
+	scan_close(&s);
+	return more;
 }
 
 typedef struct FbState
 {
 	int64		now;
 	int64		cutoff;
-	FbEntry		base;			/* newest row at or before the cutoff */
-	FbEntry		newest;
-	int64		base_total;
+	FbEntry		first;			/* oldest row inside the window */
+	FbEntry		newest;			/* newest row, inside the window or not */
+	int64		base;			/* running total before the window */
 	int64		used;
 } FbState;
 
@@ -296,41 +421,69 @@ read_state(FbScan *s, const RlArgs *args, FbState *st)
 {
 	st->now = fallback_now();
 	st->cutoff = st->now - args->win_us;
-	scan_first(s, BackwardScanDirection, BTLessEqualStrategyNumber, st->cutoff, &st->base);
-	scan_first(s, BackwardScanDirection, InvalidStrategy, 0, &st->newest);
-	st->base_total = st->base.found ? st->base.total : 0;
-	st->used = st->newest.found ? st->newest.total - st->base_total : 0;
+	scan_first(s, IDX_KEY_TS, ForwardScanDirection, BTGreaterStrategyNumber,
+			   st->cutoff, &st->first);
+	scan_first(s, IDX_KEY_TS, BackwardScanDirection, InvalidStrategy, 0, &st->newest);
+	if (st->first.found)
+	{
+		st->base = st->first.total - st->first.cost;
+		st->used = st->newest.total - st->base;
+	}
+	else
+	{
+		st->base = st->newest.found ? st->newest.total : 0;
+		st->used = 0;
+	}
 }
 
-static void
-insert_row(FbScan *s, int64 ts, int64 total)
+/*
+ * When the window next admits `need` more units: the expiry of the live row
+ * whose running total reaches base + need, found in one descent of the
+ * (key, total) index. Rows before the window all have totals <= base, so
+ * the row found is a live one.
+ */
+static int64
+retry_after(FbScan *s, const RlArgs *args, const FbState *st, int64 need)
 {
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
-	HeapTuple	tup;
-	IndexInfo  *ii;
-
-	values[0] = PointerGetDatum(s->key);
-	values[1] = Int64GetDatum(ts);
-	values[2] = Int64GetDatum(total);
-	tup = heap_form_tuple(RelationGetDescr(s->rel), values, nulls);
-	simple_heap_insert(s->rel, tup);
-	ii = BuildIndexInfo(s->idx);
-	index_insert(s->idx, values, nulls, &tup->t_self, s->rel,
-				 UNIQUE_CHECK_NO, false, ii);
-	heap_freetuple(tup);
-}
-
-/* Delete the rows of the key with ts < bound (all of them if bound is max). */
-static void
-delete_before(FbScan *s, int64 bound)
-{
-	IndexScanDesc scan = scan_begin(s, BTLessStrategyNumber, bound);
 	FbEntry		e;
 
-	while (scan_next(s, scan, ForwardScanDirection, &e))
-		simple_heap_delete(s->rel, &e.tid);
-	index_endscan(scan);
+	scan_first(s, IDX_KEY_TOTAL, ForwardScanDirection, BTGreaterEqualStrategyNumber,
+			   st->base + need, &e);
+	if (!e.found || e.ts <= st->cutoff)
+		elog(ERROR, "slidewin fallback log is inconsistent");
+	return e.ts + args->win_us - st->now;
+}
+
+static void
+insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
+{
+	Datum		values[FB_NATTS];
+	bool		nulls[FB_NATTS] = {false};
+	HeapTuple	tup;
+
+	values[FB_ATT_KEY - 1] = PointerGetDatum(s->key);
+	values[FB_ATT_TS - 1] = Int64GetDatum(ts);
+	values[FB_ATT_TOTAL - 1] = Int64GetDatum(total);
+	values[FB_ATT_COST - 1] = Int64GetDatum(cost);
+	values[FB_ATT_EXPIRES - 1] = Int64GetDatum(expires);
+	tup = heap_form_tuple(RelationGetDescr(s->rel), values, nulls);
+	simple_heap_insert(s->rel, tup);
+	for (int i = 0; i < IDX_COUNT; i++)
+	{
+		Datum		ivalues[2];
+		bool		inulls[2] = {false, false};
+
+		if (i == IDX_EXPIRES)
+			ivalues[0] = values[FB_ATT_EXPIRES - 1];
+		else
+		{
+			ivalues[0] = values[FB_ATT_KEY - 1];
+			ivalues[1] = values[i == IDX_KEY_TS ? FB_ATT_TS - 1 : FB_ATT_TOTAL - 1];
+		}
+		index_insert(s->idx[i], ivalues, inulls, &tup->t_self, s->rel,
+					 UNIQUE_CHECK_NO, false, BuildIndexInfo(s->idx[i]));
+	}
+	heap_freetuple(tup);
 }
 
 void
@@ -348,26 +501,17 @@ fallback_attempt(const RlArgs *args, RlOutcome *o)
 	if (st.used + args->cost <= args->lim)
 	{
 		int64		ts = st.now;
-		int64		total;
+		int64		base = st.base;
 
 		if (st.newest.found && ts <= st.newest.ts)
 			ts = st.newest.ts + 1;
-		if (st.used == 0)
-		{
-			/* Window empty: forget the history, restart the running total. */
-			if (st.newest.found)
-				delete_before(&s, PG_INT64_MAX);
-			total = args->cost;
-		}
-		else
-		{
-			/* Keep the base row; older expired rows are no longer needed. */
-			if (st.base.found)
-				delete_before(&s, st.base.ts);
-			total = st.newest.total + args->cost;
-		}
-		insert_row(&s, ts, total);
-		/* Later calls in this same command must see, and may delete, it. */
+		/* This key's expired rows go at once, other keys' a few at a time. */
+		delete_expired(&s, st.cutoff);
+		if (st.used == 0 && base >= TOTAL_RESTART)
+			base = 0;
+		sweep(&s, st.now, SWEEP_PER_CALL);
+		insert_row(&s, ts, base + st.used + args->cost, args->cost, ts + args->win_us);
+		/* Later calls in this same command must see it. */
 		CommandCounterIncrement();
 
 		o->allowed = true;
@@ -380,14 +524,12 @@ fallback_attempt(const RlArgs *args, RlOutcome *o)
 	{
 		o->allowed = false;
 		o->remaining = Max(args->lim - st.used, 0);
-		o->retry_us = freeing_time(&s, st.cutoff, st.base_total,
-								   st.used + args->cost - args->lim)
-			+ args->win_us - st.now;
+		o->retry_us = retry_after(&s, args, &st, st.used + args->cost - args->lim);
 		o->reset_at_us = st.newest.ts + args->win_us;
 		o->used = st.used;
 	}
 	o->known = true;
-	scan_close(&s, RowExclusiveLock);
+	scan_close(&s);
 }
 
 void
@@ -405,10 +547,8 @@ fallback_peek(const RlArgs *args, RlOutcome *o)
 	o->remaining = Max(args->lim - st.used, 0);
 	o->reset_at_us = st.used > 0 ? st.newest.ts + args->win_us : st.now;
 	o->allowed = (st.used + 1 <= args->lim);
-	o->retry_us = o->allowed ? 0 :
-		freeing_time(&s, st.cutoff, st.base_total, st.used + 1 - args->lim)
-		+ args->win_us - st.now;
-	scan_close(&s, AccessShareLock);
+	o->retry_us = o->allowed ? 0 : retry_after(&s, args, &st, st.used + 1 - args->lim);
+	scan_close(&s);
 }
 
 void
@@ -419,7 +559,7 @@ fallback_reset(const RlArgs *args)
 
 	lock_key(key);
 	scan_open(&s, key, RowExclusiveLock);
-	delete_before(&s, PG_INT64_MAX);
+	delete_key(&s);
 	CommandCounterIncrement();
-	scan_close(&s, RowExclusiveLock);
+	scan_close(&s);
 }

@@ -13,4 +13,7 @@ extern void fallback_attempt(const RlArgs *args, RlOutcome *o);
 extern void fallback_peek(const RlArgs *args, RlOutcome *o);
 extern void fallback_reset(const RlArgs *args);
 
+/* Delete up to `want` expired rows; true if some may remain. */
+extern bool fallback_sweep(int want);
+
 #endif

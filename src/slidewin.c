@@ -11,6 +11,8 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "utils/guc.h"
 
@@ -269,6 +271,21 @@ policy_outcome(bool allowed, RlOutcome *o)
 	}
 }
 
+/*
+ * Set once this backend has written to the fallback store. The store cleans
+ * itself while it is used; when Redis answers again, this backend finishes
+ * the job a few rows per call, so that the rows of an outage do not outlive
+ * their windows. Never in a read-only transaction.
+ */
+static bool fallback_dirty = false;
+
+static void
+after_redis_success(void)
+{
+	if (fallback_dirty && !XactReadOnly && !RecoveryInProgress())
+		fallback_dirty = fallback_sweep(64);
+}
+
 typedef bool (*RedisOp) (const RlArgs *args, RlOutcome *o, RedisResult *r);
 typedef void (*FallbackOp) (const RlArgs *args, RlOutcome *o);
 
@@ -281,13 +298,17 @@ run_with_policy(int policy, const RlArgs *args, RlOutcome *o,
 	if (redis_may_be_tried(&r))
 	{
 		if (redis_op(args, o, &r))
+		{
+			after_redis_success();
 			return;
+		}
 		redis_failed(&r);
 	}
 
 	switch (policy)
 	{
 		case POLICY_FALLBACK:
+			fallback_dirty = true;
 			fallback_op(args, o);
 			break;
 		case POLICY_ALLOW:
