@@ -64,4 +64,19 @@ SELECT allowed, remaining FROM rl_attempt('deep', 1000, '1 hour', 999);
 SELECT allowed, remaining FROM rl_attempt('deep', 1000, '1 hour', 2);
 SELECT count(*), min(total), max(total) FROM rl_fallback_log WHERE key = 'regress:fbc:deep';
 
+-- Once Redis answers again, the backend that wrote fallback rows deletes the
+-- expired ones, up to 64 per Redis call, until none are left: 150 rows go in
+-- three calls.
 TRUNCATE rl_fallback_log;
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SET slidewin.test_now = '2031-01-03 00:00:00+00';
+SELECT store, count(*) FROM generate_series(1, 150) g, rl_attempt('outage' || g % 7, 1000, '1 second') GROUP BY store;
+RESET slidewin.redis_url;
+SET slidewin.test_now = '2031-01-03 00:00:05+00';
+SELECT store FROM rl_attempt('after', 10, '1 second');
+SELECT count(*) AS rows_left FROM rl_fallback_log;
+SELECT store FROM rl_attempt('after', 10, '1 second');
+SELECT count(*) AS rows_left FROM rl_fallback_log;
+SELECT store FROM rl_attempt('after', 10, '1 second');
+SELECT count(*) AS rows_left FROM rl_fallback_log;
+SELECT rl_reset('after');
