@@ -20,7 +20,12 @@
  * that are never called again, without a separate job. Because no lookup
  * reads an expired row, a sweep needs no lock on the keys it cleans; its
  * deletes never wait, and a row another transaction is deleting is simply
- * left to it.
+ * left to it. A sweep runs without the key's lock, so it can commit the
+ * deletion of a row while the key's lock holder is reading: the holder
+ * therefore counts the rows live at the clock read before its scan, and
+ * admits at the clock read after it. Any row a sweep removed before the
+ * scan expired before that second reading, so the holder may over-count
+ * by the rows of those few microseconds, but never under-count.
  *
  * Concurrency rules:
  *  - A call that may write takes a transaction-level lock on the key (an
@@ -408,7 +413,8 @@ fallback_sweep(int want)
 
 typedef struct FbState
 {
-	int64		now;
+	int64		now;			/* the clock before reading: defines the window */
+	int64		now_after;		/* the clock after reading: admission time */
 	int64		cutoff;
 	FbEntry		first;			/* oldest row inside the window */
 	FbEntry		newest;			/* newest row, inside the window or not */
@@ -434,6 +440,7 @@ read_state(FbScan *s, const RlArgs *args, FbState *st)
 		st->base = st->newest.found ? st->newest.total : 0;
 		st->used = 0;
 	}
+	st->now_after = fallback_now();
 }
 
 /*
@@ -500,7 +507,7 @@ fallback_attempt(const RlArgs *args, RlOutcome *o)
 	o->store = "fallback";
 	if (st.used + args->cost <= args->lim)
 	{
-		int64		ts = st.now;
+		int64		ts = st.now_after;
 		int64		base = st.base;
 
 		if (st.newest.found && ts <= st.newest.ts)
@@ -509,7 +516,7 @@ fallback_attempt(const RlArgs *args, RlOutcome *o)
 		delete_expired(&s, st.cutoff);
 		if (st.used == 0 && base >= TOTAL_RESTART)
 			base = 0;
-		sweep(&s, st.now, SWEEP_PER_CALL);
+		sweep(&s, ts, SWEEP_PER_CALL);
 		insert_row(&s, ts, base + st.used + args->cost, args->cost, ts + args->win_us);
 		/* Later calls in this same command must see it. */
 		CommandCounterIncrement();
