@@ -10,12 +10,21 @@ SHOW slidewin.redis_url;
 SHOW slidewin.key_prefix;
 SELECT current_setting('slidewin.redis_url');
 SELECT count(*) FROM pg_settings WHERE name IN ('slidewin.redis_url', 'slidewin.key_prefix');
-SELECT count(*) FROM pg_settings WHERE name LIKE 'slidewin.%';
+-- the other settings are visible (none of them is a secret)
+SELECT name FROM pg_settings WHERE name LIKE 'slidewin.%' ORDER BY name;
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 SET slidewin.key_prefix = 'elsewhere:';
 SET slidewin.test_now = '2030-01-01 00:00:00+00';
 SET slidewin.command_timeout = 1;
 SET slidewin.connect_timeout = 1;
+-- nor switch off enforcement, turn on refunds, or silence denial logging
+SET slidewin.enforce = off;
+SET slidewin.refund_on_abort = on;
+SET slidewin.log_denials = off;
+SELECT set_config('slidewin.enforce', 'off', true);
+-- the error style only changes how a denial is spelled: anyone may choose it
+SET slidewin.error_style = postgrest;
+RESET slidewin.error_style;
 SELECT set_config('slidewin.key_prefix', 'elsewhere:', false);
 SELECT rl_reset('p');
 \echo :LAST_ERROR_SQLSTATE

@@ -224,15 +224,14 @@ stored_key(const RlArgs *args)
 
 /* Serialise writers of one key until the end of the transaction. */
 static void
-lock_key(text *key)
+lock_key(text *key, LOCKTAG *tag)
 {
-	LOCKTAG		tag;
 	uint64		h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(key),
 										VARSIZE_ANY_EXHDR(key), 0);
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 FALLBACK_LOCK_CLASS);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	(void) LockAcquire(tag, ExclusiveLock, false, false);
 }
 
 static void
@@ -499,13 +498,25 @@ fallback_attempt(const RlArgs *args, RlOutcome *o)
 	FbScan		s;
 	FbState		st;
 	text	   *key = stored_key(args);
+	LOCKTAG		tag;
 
-	lock_key(key);
+	lock_key(key, &tag);
 	scan_open(&s, key, RowExclusiveLock);
 	read_state(&s, args, &st);
 
 	o->store = "fallback";
-	if (st.used + args->cost <= args->lim)
+	o->recorded_ts = -1;		/* rows go with an aborted transaction anyway */
+	o->shadowed = false;
+	o->allowed = (st.used + args->cost <= args->lim);
+	o->known = true;
+	if (!o->allowed)
+	{
+		o->remaining = Max(args->lim - st.used, 0);
+		o->retry_us = retry_after(&s, args, &st, st.used + args->cost - args->lim);
+		o->reset_at_us = st.newest.ts + args->win_us;
+		o->used = st.used;
+	}
+	if (o->allowed || args->force)
 	{
 		int64		ts = st.now_after;
 		int64		base = st.base;
@@ -521,22 +532,21 @@ fallback_attempt(const RlArgs *args, RlOutcome *o)
 		/* Later calls in this same command must see it. */
 		CommandCounterIncrement();
 
-		o->allowed = true;
-		o->remaining = args->lim - st.used - args->cost;
-		o->retry_us = 0;
+		o->remaining = Max(args->lim - st.used - args->cost, 0);
+		if (o->allowed)
+			o->retry_us = 0;
 		o->reset_at_us = ts + args->win_us;
 		o->used = st.used + args->cost;
 	}
-	else
-	{
-		o->allowed = false;
-		o->remaining = Max(args->lim - st.used, 0);
-		o->retry_us = retry_after(&s, args, &st, st.used + args->cost - args->lim);
-		o->reset_at_us = st.newest.ts + args->win_us;
-		o->used = st.used;
-	}
-	o->known = true;
 	scan_close(&s);
+
+	/*
+	 * A denied call wrote nothing, so it gives up its hold on the key at once
+	 * (a caller that waits for capacity must not block the key meanwhile).
+	 * The lock stays if this transaction took it before, for earlier rows.
+	 */
+	if (!o->allowed && !args->force)
+		LockRelease(&tag, ExclusiveLock, false);
 }
 
 void
@@ -550,6 +560,8 @@ fallback_peek(const RlArgs *args, RlOutcome *o)
 
 	o->store = "fallback";
 	o->known = true;
+	o->recorded_ts = -1;
+	o->shadowed = false;
 	o->used = st.used;
 	o->remaining = Max(args->lim - st.used, 0);
 	o->reset_at_us = st.used > 0 ? st.newest.ts + args->win_us : st.now;
@@ -563,8 +575,9 @@ fallback_reset(const RlArgs *args)
 {
 	FbScan		s;
 	text	   *key = stored_key(args);
+	LOCKTAG		tag;
 
-	lock_key(key);
+	lock_key(key, &tag);
 	scan_open(&s, key, RowExclusiveLock);
 	delete_key(&s);
 	CommandCounterIncrement();

@@ -37,51 +37,52 @@ check_not_null(FunctionCallInfo fcinfo, int argno)
 }
 
 void
+limit_set_key(const char *key, int keylen, RlArgs *args)
+{
+	args->key = key;
+	args->keylen = keylen;
+	if (keylen == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"key\" must not be empty")));
+	if (keylen > RL_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"key\" must be at most %d bytes", RL_MAX_KEY_BYTES),
+				 errdetail("The key is %d bytes long.", keylen)));
+}
+
+void
 limit_check_key(FunctionCallInfo fcinfo, int argno, RlArgs *args)
 {
 	text	   *key;
 
 	check_not_null(fcinfo, argno);
 	key = PG_GETARG_TEXT_PP(argno);
-	args->key = VARDATA_ANY(key);
-	args->keylen = VARSIZE_ANY_EXHDR(key);
-	if (args->keylen == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"key\" must not be empty")));
-	if (args->keylen > RL_MAX_KEY_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"key\" must be at most %d bytes", RL_MAX_KEY_BYTES),
-				 errdetail("The key is %d bytes long.", args->keylen)));
+	limit_set_key(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key), args);
 }
 
 void
-limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args)
+limit_set_lim(int64 lim, const char *argname, RlArgs *args)
 {
-	Interval   *win;
-
-	/* NULLs first, so that a NULL anywhere is reported as such. */
-	for (int i = 0; i < (has_cost ? 4 : 3); i++)
-		check_not_null(fcinfo, i);
-
-	limit_check_key(fcinfo, 0, args);
-
-	args->lim = PG_GETARG_INT64(1);
-	if (args->lim < 1)
+	if (lim < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"lim\" must be at least 1")));
-	if (args->lim > RL_MAX_LIMIT)
+				 errmsg("argument \"%s\" must be at least 1", argname)));
+	if (lim > RL_MAX_LIMIT)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"lim\" must be at most " INT64_FORMAT, RL_MAX_LIMIT)));
+				 errmsg("argument \"%s\" must be at most " INT64_FORMAT, argname, RL_MAX_LIMIT)));
+	args->lim = lim;
+}
 
-	win = PG_GETARG_INTERVAL_P(2);
+void
+limit_set_win(const Interval *win, const char *argname, RlArgs *args)
+{
 	if (win->month != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"win\" must not contain months or years"),
+				 errmsg("argument \"%s\" must not contain months or years", argname),
 				 errdetail("Months and years have no fixed length."),
 				 errhint("Use days instead, for example '30 days'.")));
 	if (win->day > RL_MAX_WINDOW_DAYS + 1 || win->day < -RL_MAX_WINDOW_DAYS - 1 ||
@@ -89,23 +90,39 @@ limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args)
 		args->win_us <= 0 || args->win_us > (int64) RL_MAX_WINDOW_DAYS * USECS_PER_DAY)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"win\" must be greater than zero and at most %d days",
-						RL_MAX_WINDOW_DAYS)));
+				 errmsg("argument \"%s\" must be greater than zero and at most %d days",
+						argname, RL_MAX_WINDOW_DAYS)));
+}
 
+void
+limit_set_cost(int64 cost, RlArgs *args)
+{
+	if (cost < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"cost\" must be at least 1")));
+	if (cost > args->lim)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"cost\" (" INT64_FORMAT ") exceeds \"lim\" (" INT64_FORMAT "), so the call can never be admitted",
+						cost, args->lim)));
+	args->cost = cost;
+}
+
+void
+limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args)
+{
+	/* NULLs first, so that a NULL anywhere is reported as such. */
+	for (int i = 0; i < (has_cost ? 4 : 3); i++)
+		check_not_null(fcinfo, i);
+
+	memset(args, 0, sizeof(RlArgs));
+	limit_check_key(fcinfo, 0, args);
+	limit_set_lim(PG_GETARG_INT64(1), "lim", args);
+	limit_set_win(PG_GETARG_INTERVAL_P(2), "win", args);
 	args->cost = 1;
 	if (has_cost)
-	{
-		args->cost = PG_GETARG_INT64(3);
-		if (args->cost < 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argument \"cost\" must be at least 1")));
-		if (args->cost > args->lim)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argument \"cost\" (" INT64_FORMAT ") exceeds \"lim\" (" INT64_FORMAT "), so the call can never be admitted",
-							args->cost, args->lim)));
-	}
+		limit_set_cost(PG_GETARG_INT64(3), args);
 }
 
 Datum

@@ -7,6 +7,7 @@
 #define SLIDEWIN_LIMIT_H
 
 #include "fmgr.h"
+#include "datatype/timestamp.h"
 
 /* Keys longer than this are refused, so that one call cannot bloat Redis. */
 #define RL_MAX_KEY_BYTES 1024
@@ -21,6 +22,7 @@ typedef struct RlArgs
 	int64		lim;
 	int64		win_us;
 	int64		cost;
+	bool		force;			/* shadow mode: record even if over the limit */
 } RlArgs;
 
 typedef struct RlOutcome
@@ -32,6 +34,8 @@ typedef struct RlOutcome
 	int64		used;			/* units in the window, this call included if admitted */
 	const char *store;			/* "redis", "fallback" or "none" */
 	bool		known;			/* false: remaining and reset_at are unknown (NULL) */
+	int64		recorded_ts;	/* Redis: score of the entry recorded, or -1 */
+	bool		shadowed;		/* would have been denied; admitted by shadow mode */
 } RlOutcome;
 
 extern char *slidewin_test_now;
@@ -39,6 +43,12 @@ extern char *slidewin_test_now;
 /* Check arguments 0..2 (key, lim, win) and, if has_cost, argument 3 (cost). */
 extern void limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args);
 extern void limit_check_key(FunctionCallInfo fcinfo, int argno, RlArgs *args);
+
+/* The same checks on plain values; argname names the argument in errors. */
+extern void limit_set_key(const char *key, int keylen, RlArgs *args);
+extern void limit_set_lim(int64 lim, const char *argname, RlArgs *args);
+extern void limit_set_win(const Interval *win, const char *argname, RlArgs *args);
+extern void limit_set_cost(int64 cost, RlArgs *args);
 extern Datum limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o);
 
 /* The test clock as Unix microseconds; false when slidewin.test_now is off. */

@@ -56,8 +56,11 @@
 "end\n"
 
 /*
- * KEYS[1] log; ARGV lim, win (us), cost, now (us, or '' for Redis TIME).
- * Returns {allowed, remaining, retry_after_us, reset_at_us, used}.
+ * KEYS[1] log; ARGV lim, win (us), cost, now (us, or '' for Redis TIME),
+ * force ('1': record the call even if it is over the limit, for shadow mode).
+ * Returns {allowed, remaining, retry_after_us, reset_at_us, used, recorded},
+ * where recorded is the score of the entry written, or -1. A forced call over
+ * the limit reports allowed = 0 with the retry_after it would have had.
  */
 static const char lua_log_attempt[] = LUA_PRELUDE
 "local key = KEYS[1]\n"
@@ -79,29 +82,61 @@ static const char lua_log_attempt[] = LUA_PRELUDE
 "  total, last_ts = tonumber(newest[1]), tonumber(newest[2])\n"
 "end\n"
 "local used = total - base\n"
-"if used + cost <= lim then\n"
-"  local ts = now\n"
-"  if last_ts and ts <= last_ts then ts = last_ts + 1 end\n"
-"  if used == 0 then\n"
-"    if base > 0 then redis.call('DEL', key) end\n"
-"    total = 0\n"
-"  elseif total + cost > 4503599627370496 then\n"
-"    -- keep running totals exact as doubles: renumber the live entries\n"
-"    local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')\n"
-"    redis.call('DEL', key)\n"
-"    for i = 1, #all, 2 do\n"
-"      redis.call('ZADD', key, all[i + 1], fmt(tonumber(all[i]) - base))\n"
-"    end\n"
-"    total = total - base\n"
-"  end\n"
-"  redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n"
-"  redis.call('PEXPIRE', key, fmt(math.ceil(win / 1000) + 1))\n"
-"  return {1, lim - used - cost, 0, ts + win, used + cost}\n"
+"local ok = used + cost <= lim\n"
+"local retry, rem = 0, lim - used - cost\n"
+"if not ok then\n"
+"  rem = lim - used\n"
+"  if rem < 0 then rem = 0 end\n"
+"  retry = freeing_time(key, r0, base, used + cost - lim) + win - now\n"
+"  if ARGV[5] ~= '1' then return {0, rem, retry, last_ts + win, used, -1} end\n"
+"  rem = 0\n"
 "end\n"
-"local rem = lim - used\n"
-"if rem < 0 then rem = 0 end\n"
-"local t = freeing_time(key, r0, base, used + cost - lim)\n"
-"return {0, rem, t + win - now, last_ts + win, used}\n";
+"local ts = now\n"
+"if last_ts and ts <= last_ts then ts = last_ts + 1 end\n"
+"if used == 0 then\n"
+"  if base > 0 then redis.call('DEL', key) end\n"
+"  total = 0\n"
+"elseif total + cost > 4503599627370496 then\n"
+"  -- keep running totals exact as doubles: renumber the live entries\n"
+"  local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')\n"
+"  redis.call('DEL', key)\n"
+"  for i = 1, #all, 2 do\n"
+"    redis.call('ZADD', key, all[i + 1], fmt(tonumber(all[i]) - base))\n"
+"  end\n"
+"  total = total - base\n"
+"end\n"
+"redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n"
+"redis.call('PEXPIRE', key, fmt(math.ceil(win / 1000) + 1))\n"
+"return {ok and 1 or 0, rem, retry, ts + win, used + cost, ts}\n";
+
+/*
+ * KEYS[1] log; ARGV ts (the score of an entry this backend recorded), cost,
+ * win (us), now (us, or ''). Gives the entry's units back: removes it and
+ * lowers every later running total by its cost, so that the totals stay
+ * consistent. An entry that has left the window, or is gone (reset, or the
+ * key expired), has nothing left to give back.
+ * Returns 1 if units were given back, 0 if there was nothing to give back.
+ */
+static const char lua_log_refund[] = LUA_PRELUDE
+"local key = KEYS[1]\n"
+"local ts, cost, win = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+"local now = clock(ARGV[4])\n"
+"if ts <= now - win then return 0 end\n"
+"local e = redis.call('ZRANGEBYSCORE', key, ARGV[1], ARGV[1])\n"
+"if not e[1] then return 0 end\n"
+"local m = tonumber(e[1])\n"
+"local rank = redis.call('ZRANK', key, e[1])\n"
+"local prev = 0\n"
+"if rank > 0 then prev = tonumber(redis.call('ZRANGE', key, rank - 1, rank - 1)[1]) end\n"
+"if m - prev ~= cost then return 0 end\n"
+"local later = redis.call('ZRANGE', key, rank + 1, -1, 'WITHSCORES')\n"
+"redis.call('ZREM', key, e[1])\n"
+"-- ascending order: a lowered total never meets one not yet lowered\n"
+"for i = 1, #later, 2 do\n"
+"  redis.call('ZREM', key, later[i])\n"
+"  redis.call('ZADD', key, later[i + 1], fmt(tonumber(later[i]) - cost))\n"
+"end\n"
+"return 1\n";
 
 /*
  * KEYS[1] log; ARGV lim, win (us), now (us, or ''). Reads only.
@@ -114,18 +149,18 @@ static const char lua_log_peek[] = LUA_PRELUDE
 "local cutoff = now - win\n"
 "local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
 "if not newest[1] or newest[2] == '-inf' or tonumber(newest[2]) <= cutoff then\n"
-"  return {1, lim, 0, now, 0}\n"
+"  return {1, lim, 0, now, 0, -1}\n"
 "end\n"
 "local base = 0\n"
 "local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'LIMIT', 0, 1)\n"
 "if old[1] then base = tonumber(old[1]) end\n"
 "local used = tonumber(newest[1]) - base\n"
 "local reset = tonumber(newest[2]) + win\n"
-"if used + 1 <= lim then return {1, lim - used, 0, reset, used} end\n"
+"if used + 1 <= lim then return {1, lim - used, 0, reset, used, -1} end\n"
 "local r0 = redis.call('ZCOUNT', key, '-inf', fmt(cutoff))\n"
 "local rem = lim - used\n"
 "if rem < 0 then rem = 0 end\n"
-"return {0, rem, freeing_time(key, r0, base, used + 1 - lim) + win - now, reset, used}\n";
+"return {0, rem, freeing_time(key, r0, base, used + 1 - lim) + win - now, reset, used, -1}\n";
 
 typedef struct Script
 {
@@ -136,6 +171,7 @@ typedef struct Script
 static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_LOG_ATTEMPT] = {lua_log_attempt},
 	[SCRIPT_LOG_PEEK] = {lua_log_peek},
+	[SCRIPT_LOG_REFUND] = {lua_log_refund},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */

@@ -11,6 +11,7 @@ typedef enum ScriptId
 {
 	SCRIPT_LOG_ATTEMPT,
 	SCRIPT_LOG_PEEK,
+	SCRIPT_LOG_REFUND,
 	NUM_SCRIPTS
 } ScriptId;
 

@@ -11,46 +11,32 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
-#include "access/xlog.h"
+#include "access/htup_details.h"
 #include "fmgr.h"
-#include "utils/guc.h"
-
+#include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "enforce.h"
 #include "fallback.h"
 #include "limit.h"
+#include "policy.h"
 #include "redis_conn.h"
+#include "refund.h"
 #include "store_redis.h"
 
 PG_MODULE_MAGIC;
 
 static char *slidewin_redis_url = NULL;
 
-typedef enum FailurePolicy
-{
-	POLICY_FALLBACK,
-	POLICY_ALLOW,
-	POLICY_DENY,
-	POLICY_ERROR
-} FailurePolicy;
-
-static const struct config_enum_entry policy_options[] = {
-	{"fallback", POLICY_FALLBACK, false},
-	{"allow", POLICY_ALLOW, false},
-	{"deny", POLICY_DENY, false},
-	{"error", POLICY_ERROR, false},
-	{NULL, 0, false}
-};
-
-static int	slidewin_on_redis_error = POLICY_FALLBACK;
-static int	slidewin_redis_retry_interval = 1000;
-
 PG_FUNCTION_INFO_V1(slidewin_attempt);
 PG_FUNCTION_INFO_V1(slidewin_allow);
 PG_FUNCTION_INFO_V1(slidewin_peek);
 PG_FUNCTION_INFO_V1(slidewin_reset);
+PG_FUNCTION_INFO_V1(slidewin_enforce_fn);
+PG_FUNCTION_INFO_V1(slidewin_wait);
+PG_FUNCTION_INFO_V1(slidewin_backend_stats);
 
 void		_PG_init(void);
 
@@ -164,6 +150,46 @@ define_settings(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("slidewin.enforce",
+							 gettext_noop("Whether denials are enforced; off is shadow mode."),
+							 gettext_noop("In shadow mode a call that would be denied is recorded and "
+										  "admitted, and reports the retry_after it would have had."),
+							 &slidewin_enforce,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("slidewin.log_denials",
+							 gettext_noop("Message level at which denials, and would-be denials in shadow mode, are logged."),
+							 NULL,
+							 &slidewin_log_denials,
+							 -1,
+							 log_denials_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("slidewin.error_style",
+							 gettext_noop("How rl_enforce and rl_trigger report a denial."),
+							 gettext_noop("postgres raises SQLSTATE RL429; postgrest raises PGRST with "
+										  "the JSON PostgREST turns into an HTTP 429 response."),
+							 &slidewin_error_style,
+							 ERROR_STYLE_POSTGRES,
+							 error_style_options,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("slidewin.refund_on_abort",
+							 gettext_noop("Give back units admitted by Redis when the transaction aborts."),
+							 NULL,
+							 &slidewin_refund_on_abort,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("slidewin");
 }
 
@@ -172,189 +198,101 @@ _PG_init(void)
 {
 	define_settings();
 	fallback_init();
-}
-
-/* ---------------------------------------------------------------------
- * Failure policy
- *
- * What a call does when Redis cannot answer. The setting is superuser-only;
- * a call site may choose for its own call through the trailing
- * on_redis_error argument, which governs nothing but that call.
- * ---------------------------------------------------------------------
- */
-
-/*
- * Circuit breaker: after a failure this backend leaves Redis alone for
- * slidewin.redis_retry_interval, so that a dead Redis costs one connection
- * attempt per interval, not one per call. The failure time is kept rather
- * than a deadline, so that a changed interval takes effect at once.
- */
-static TimestampTz redis_failed_at = 0;
-static bool redis_has_failed = false;
-static RedisStatus last_failure_status = RS_FAIL_CONNECT;
-static char last_failure[256];
-
-static const char *const policy_names[] = {"fallback", "allow", "deny", "error"};
-
-static int
-call_policy(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *name;
-
-	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
-		return slidewin_on_redis_error;
-	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	for (int i = 0; i < lengthof(policy_names); i++)
-		if (strcmp(name, policy_names[i]) == 0)
-			return i;
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("argument \"on_redis_error\" must be one of fallback, allow, deny, error"),
-			 errdetail("Got \"%s\".", name)));
-	return POLICY_ERROR;		/* keep compiler quiet */
-}
-
-static bool
-redis_may_be_tried(RedisResult *r)
-{
-	if (!redis_has_failed ||
-		GetCurrentTimestamp() >= TimestampTzPlusMilliseconds(redis_failed_at,
-															 slidewin_redis_retry_interval))
-		return true;
-	r->status = last_failure_status;
-	snprintf(r->message, sizeof(r->message),
-			 "%s (not retried until slidewin.redis_retry_interval has passed)",
-			 last_failure);
-	return false;
-}
-
-static void
-redis_failed(const RedisResult *r)
-{
-	last_failure_status = r->status;
-	strlcpy(last_failure, r->message, sizeof(last_failure));
-	redis_failed_at = GetCurrentTimestamp();
-	redis_has_failed = true;
-}
-
-static void
-redis_unavailable_error(const RedisResult *r)
-{
-	ereport(ERROR,
-			(errcode(r->status == RS_FAIL_CONNECT ?
-					 ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION :
-					 ERRCODE_CONNECTION_FAILURE),
-			 errmsg("slidewin could not reach Redis"),
-			 errdetail_internal("%s", r->message)));
-}
-
-/* The outcome of the allow and deny policies: no store was consulted. */
-static void
-policy_outcome(bool allowed, RlOutcome *o)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	o->allowed = allowed;
-	o->known = false;
-	o->remaining = 0;
-	o->reset_at_us = 0;
-	o->used = 0;
-	o->store = "none";
-	o->retry_us = 0;
-	if (!allowed && redis_has_failed)
-	{
-		TimestampTz retry_at = TimestampTzPlusMilliseconds(redis_failed_at,
-														   slidewin_redis_retry_interval);
-
-		if (retry_at > now)
-			o->retry_us = retry_at - now;
-	}
-}
-
-/*
- * Set once this backend has written to the fallback store. The store cleans
- * itself while it is used; when Redis answers again, this backend finishes
- * the job a few rows per call, so that the rows of an outage do not outlive
- * their windows. Never in a read-only transaction.
- */
-static bool fallback_dirty = false;
-
-static void
-after_redis_success(void)
-{
-	if (fallback_dirty && !XactReadOnly && !RecoveryInProgress())
-		fallback_dirty = fallback_sweep(64);
-}
-
-typedef bool (*RedisOp) (const RlArgs *args, RlOutcome *o, RedisResult *r);
-typedef void (*FallbackOp) (const RlArgs *args, RlOutcome *o);
-
-static void
-run_with_policy(int policy, const RlArgs *args, RlOutcome *o,
-				RedisOp redis_op, FallbackOp fallback_op)
-{
-	RedisResult r;
-
-	if (redis_may_be_tried(&r))
-	{
-		if (redis_op(args, o, &r))
-		{
-			after_redis_success();
-			return;
-		}
-		redis_failed(&r);
-	}
-
-	switch (policy)
-	{
-		case POLICY_FALLBACK:
-			fallback_dirty = true;
-			fallback_op(args, o);
-			break;
-		case POLICY_ALLOW:
-			policy_outcome(true, o);
-			break;
-		case POLICY_DENY:
-			policy_outcome(false, o);
-			break;
-		default:
-			redis_unavailable_error(&r);
-	}
+	refund_init();
 }
 
 /* ---------------------------------------------------------------------
  * SQL functions
+ *
+ * Optional trailing arguments are read by position; each function's SQL
+ * declaration fixes them.
  * ---------------------------------------------------------------------
  */
 
-static void
-do_attempt(FunctionCallInfo fcinfo, RlOutcome *o)
+static const char *
+opt_text(FunctionCallInfo fcinfo, int argno)
 {
-	RlArgs		args;
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
 
-	limit_check_args(fcinfo, true, &args);
-	run_with_policy(call_policy(fcinfo, 4), &args, o,
-					redis_store_attempt, fallback_attempt);
+static bool
+opt_refund(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return slidewin_refund_on_abort;
+	return PG_GETARG_BOOL(argno);
+}
+
+/* rl_attempt, rl_allow, rl_enforce: (key, lim, win, cost, on_redis_error, refund_on_abort) */
+static void
+do_attempt(FunctionCallInfo fcinfo, RlArgs *args, RlOutcome *o)
+{
+	limit_check_args(fcinfo, true, args);
+	enforce_charge(args, policy_from_name(opt_text(fcinfo, 4), "on_redis_error"),
+				   opt_refund(fcinfo, 5), o);
 }
 
 Datum
 slidewin_attempt(PG_FUNCTION_ARGS)
 {
+	RlArgs		args;
 	RlOutcome	o;
 
-	do_attempt(fcinfo, &o);
+	do_attempt(fcinfo, &args, &o);
 	return limit_result_datum(fcinfo, &o);
 }
 
 Datum
 slidewin_allow(PG_FUNCTION_ARGS)
 {
+	RlArgs		args;
 	RlOutcome	o;
 
-	do_attempt(fcinfo, &o);
+	do_attempt(fcinfo, &args, &o);
 	PG_RETURN_BOOL(o.allowed);
 }
 
+Datum
+slidewin_enforce_fn(PG_FUNCTION_ARGS)
+{
+	RlArgs		args;
+	RlOutcome	o;
+
+	do_attempt(fcinfo, &args, &o);
+	if (!o.allowed)
+		enforce_raise_denied(&args, &o);
+	return limit_result_datum(fcinfo, &o);
+}
+
+/* rl_wait(key, lim, win, cost, timeout, on_redis_error, refund_on_abort) */
+Datum
+slidewin_wait(PG_FUNCTION_ARGS)
+{
+	RlArgs		args;
+	RlOutcome	o;
+	Interval   *timeout;
+	int64		timeout_us;
+
+	limit_check_args(fcinfo, true, &args);
+	if (PG_ARGISNULL(4))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"timeout\" must not be null")));
+	timeout = PG_GETARG_INTERVAL_P(4);
+	if (timeout->month != 0 || timeout->day > 366 || timeout->day < 0 ||
+		(timeout_us = (int64) timeout->day * USECS_PER_DAY + timeout->time) < 0 ||
+		timeout_us > (int64) 366 * USECS_PER_DAY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"timeout\" must be between 0 and 366 days, without months")));
+	enforce_wait(&args, policy_from_name(opt_text(fcinfo, 5), "on_redis_error"),
+				 opt_refund(fcinfo, 6), timeout_us, &o);
+	return limit_result_datum(fcinfo, &o);
+}
+
+/* rl_peek(key, lim, win, on_redis_error) */
 Datum
 slidewin_peek(PG_FUNCTION_ARGS)
 {
@@ -362,8 +300,8 @@ slidewin_peek(PG_FUNCTION_ARGS)
 	RlOutcome	o;
 
 	limit_check_args(fcinfo, false, &args);
-	run_with_policy(call_policy(fcinfo, 3), &args, &o,
-					redis_store_peek, fallback_peek);
+	policy_run(policy_from_name(opt_text(fcinfo, 3), "on_redis_error"), &args, &o,
+			   redis_store_peek, fallback_peek);
 	return limit_result_datum(fcinfo, &o);
 }
 
@@ -380,17 +318,32 @@ slidewin_reset(PG_FUNCTION_ARGS)
 
 	limit_check_key(fcinfo, 0, &args);
 	fallback_reset(&args);
-	if (redis_may_be_tried(&r))
+	if (policy_redis_may_be_tried(&r))
 	{
 		if (redis_store_reset(&args, &r))
 			PG_RETURN_VOID();
-		redis_failed(&r);
+		policy_redis_failed(&r);
 	}
 	if (slidewin_on_redis_error == POLICY_ERROR)
-		redis_unavailable_error(&r);
+		policy_unavailable_error(&r);
 	ereport(WARNING,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
 			 errmsg("the Redis entries of the key were not cleared"),
 			 errdetail_internal("%s", r.message)));
 	PG_RETURN_VOID();
+}
+
+/* rl_backend_stats(): this backend's refund counters. */
+Datum
+slidewin_backend_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	values[0] = Int64GetDatum(refund_done_count);
+	values[1] = Int64GetDatum(refund_dropped_count);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }

@@ -88,9 +88,9 @@ static void
 read_outcome(RedisResult *r, RlOutcome *o)
 {
 	redisReply *rep = r->reply;
-	int64		v[5];
+	int64		v[6];
 
-	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 5)
+	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 6)
 	{
 		freeReplyObject(rep);
 		r->reply = NULL;
@@ -98,7 +98,7 @@ read_outcome(RedisResult *r, RlOutcome *o)
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("unexpected reply from Redis to a slidewin script")));
 	}
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 	{
 		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
 		{
@@ -118,6 +118,8 @@ read_outcome(RedisResult *r, RlOutcome *o)
 	o->retry_us = v[2];
 	o->reset_at_us = v[3];
 	o->used = v[4];
+	o->recorded_ts = v[5];
+	o->shadowed = false;
 	o->store = "redis";
 	o->known = true;
 }
@@ -134,8 +136,8 @@ clock_arg(char *buf, size_t size)
 }
 
 /*
- * Run one sliding-log script: ARGV is lim, win, [cost,] now. Attempt and peek
- * differ only in the script and in whether a cost is passed.
+ * Run one sliding-log script: ARGV is lim, win, [cost,] now[, force]. Attempt
+ * and peek differ only in the script and in whether a cost is passed.
  */
 static bool
 run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
@@ -146,7 +148,7 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 				win[24],
 				cost[24],
 				now[24];
-	const char *argv[4];
+	const char *argv[5];
 	int			n = 0;
 
 	build_key(&key, "log", args);
@@ -160,6 +162,8 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 		argv[n++] = cost;
 	}
 	argv[n++] = clock_arg(now, sizeof(now));
+	if (with_cost)
+		argv[n++] = args->force ? "1" : "0";
 
 	script_run(id, key.data, key.len, n, argv, r);
 	pfree(key.data);
@@ -200,4 +204,54 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 	freeReplyObject(r->reply);
 	r->reply = NULL;
 	return true;
+}
+
+/*
+ * Give back the units of an entry this backend recorded. Runs from
+ * transaction-abort callbacks, so it never ERRORs: any failure, including an
+ * error reply, comes back as false with the cause in *r.
+ */
+bool
+redis_store_refund(const char *rkey, int rkeylen, int64 ts, int64 cost,
+				   int64 win_us, bool *given_back, RedisResult *r)
+{
+	char		tsbuf[24],
+				costbuf[24],
+				winbuf[24],
+				now[24];
+	const char *argv[4];
+
+	snprintf(tsbuf, sizeof(tsbuf), INT64_FORMAT, ts);
+	snprintf(costbuf, sizeof(costbuf), INT64_FORMAT, cost);
+	snprintf(winbuf, sizeof(winbuf), INT64_FORMAT, win_us);
+	argv[0] = tsbuf;
+	argv[1] = costbuf;
+	argv[2] = winbuf;
+	argv[3] = clock_arg(now, sizeof(now));
+	*given_back = false;
+	script_run(SCRIPT_LOG_REFUND, rkey, rkeylen, 4, argv, r);
+	if (r->status == RS_FAIL_REPLY)
+	{
+		strlcpy(r->message, r->reply->str, sizeof(r->message));
+		freeReplyObject(r->reply);
+		r->reply = NULL;
+		return false;
+	}
+	if (r->status != RS_OK)
+		return false;
+	*given_back = (r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer == 1);
+	freeReplyObject(r->reply);
+	r->reply = NULL;
+	return true;
+}
+
+/* The Redis key of the sliding log of a user key, in the caller's context. */
+char *
+redis_store_log_key(const RlArgs *args, int *len)
+{
+	StringInfoData key;
+
+	build_key(&key, "log", args);
+	*len = key.len;
+	return key.data;
 }

@@ -19,4 +19,9 @@ extern bool redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *f
 extern bool redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *failure);
 extern bool redis_store_reset(const RlArgs *args, RedisResult *failure);
 
+/* Refunds (never ERROR; see store_redis.c) and the key they need. */
+extern bool redis_store_refund(const char *rkey, int rkeylen, int64 ts, int64 cost,
+							   int64 win_us, bool *given_back, RedisResult *r);
+extern char *redis_store_log_key(const RlArgs *args, int *len);
+
 #endif

@@ -1,0 +1,213 @@
+/*-------------------------------------------------------------------------
+ *
+ * enforce.c
+ *		What happens around a store's answer: shadow mode, logging of
+ *		denials, refund registration, the RL429 error, and waiting for
+ *		capacity.
+ *
+ * Every charging entry point (rl_attempt, rl_allow, rl_enforce, rl_wait and
+ * rl_trigger) goes through enforce_charge, so that shadow mode and refunds
+ * mean the same everywhere. Nothing here formats a Redis command.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "enforce.h"
+#include "fallback.h"
+#include "policy.h"
+#include "refund.h"
+#include "store_redis.h"
+
+#define ERRCODE_RATE_LIMITED MAKE_SQLSTATE('R','L','4','2','9')
+#define ERRCODE_POSTGREST MAKE_SQLSTATE('P','G','R','S','T')
+
+bool		slidewin_enforce = true;
+int			slidewin_log_denials = -1;
+int			slidewin_error_style = ERROR_STYLE_POSTGRES;
+
+/* -1 means off: no message at all. */
+const struct config_enum_entry log_denials_options[] = {
+	{"off", -1, false},
+	{"debug", DEBUG1, false},
+	{"log", LOG, false},
+	{"info", INFO, false},
+	{"notice", NOTICE, false},
+	{"warning", WARNING, false},
+	{NULL, 0, false}
+};
+
+const struct config_enum_entry error_style_options[] = {
+	{"postgres", ERROR_STYLE_POSTGRES, false},
+	{"postgrest", ERROR_STYLE_POSTGREST, false},
+	{NULL, 0, false}
+};
+
+static char *
+window_text(int64 win_us)
+{
+	Interval	iv;
+
+	iv.month = 0;
+	iv.day = win_us / USECS_PER_DAY;
+	iv.time = win_us % USECS_PER_DAY;
+	return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(&iv)));
+}
+
+/* Whole seconds until a retry can pass: rounded up, at least 1. */
+static int64
+retry_seconds(const RlOutcome *o)
+{
+	int64		s = (o->retry_us + USECS_PER_SEC - 1) / USECS_PER_SEC;
+
+	return Max(s, 1);
+}
+
+static char *
+key_text(const RlArgs *args)
+{
+	return pnstrdup(args->key, args->keylen);
+}
+
+static void
+log_denial(const RlArgs *args, const RlOutcome *o, bool shadow)
+{
+	if (slidewin_log_denials < 0)
+		return;
+	ereport(slidewin_log_denials,
+			(errmsg(shadow ? "slidewin would deny key \"%s\" (shadow mode)"
+					: "slidewin denied key \"%s\"", key_text(args)),
+			 o->known ?
+			 errdetail("Units used " INT64_FORMAT " of " INT64_FORMAT " per %s, cost " INT64_FORMAT ", store %s; retry after " INT64_FORMAT " s.",
+					   o->used, args->lim, window_text(args->win_us), args->cost,
+					   o->store, retry_seconds(o)) :
+			 errdetail("Redis could not answer and the failure policy denied the call.")));
+}
+
+void
+enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
+{
+	RlArgs		a = *args;
+
+	a.force = !slidewin_enforce;
+	policy_run(policy, &a, o, redis_store_attempt, fallback_attempt);
+	if (!o->allowed)
+	{
+		log_denial(args, o, a.force);
+		if (a.force)
+		{
+			o->allowed = true;
+			o->shadowed = true;
+			o->remaining = 0;
+		}
+	}
+	if (refund && o->recorded_ts >= 0)
+		refund_remember(args, o->recorded_ts);
+}
+
+void
+enforce_raise_denied(const RlArgs *args, const RlOutcome *o)
+{
+	char	   *key = key_text(args);
+	int64		secs = retry_seconds(o);
+	char	   *message = psprintf("rate limit exceeded for key \"%s\"", key);
+	char	   *detail;
+	char	   *hint = psprintf("Retry after " INT64_FORMAT " seconds.", secs);
+
+	if (o->known)
+		detail = psprintf("Used " INT64_FORMAT " of " INT64_FORMAT " units in the last %s; this call needs " INT64_FORMAT ".",
+						  o->used, args->lim, window_text(args->win_us), args->cost);
+	else
+		detail = pstrdup("Redis could not answer and the failure policy denied the call.");
+
+	if (slidewin_error_style == ERROR_STYLE_POSTGREST)
+	{
+		StringInfoData m;
+		StringInfoData d;
+		int64		reset = 0;
+
+		if (o->known)
+		{
+			TimestampTz now = GetCurrentTimestamp() +
+				((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+			int64		now_us;
+
+			if (limit_test_clock(&now_us))
+				now = now_us;
+			reset = Max((o->reset_at_us - now + USECS_PER_SEC - 1) / USECS_PER_SEC, 0);
+		}
+		else
+			reset = secs;
+
+		initStringInfo(&m);
+		appendStringInfoString(&m, "{\"code\":\"RL429\",\"message\":");
+		escape_json(&m, message);
+		appendStringInfoString(&m, ",\"details\":");
+		escape_json(&m, detail);
+		appendStringInfoString(&m, ",\"hint\":");
+		escape_json(&m, hint);
+		appendStringInfoChar(&m, '}');
+
+		initStringInfo(&d);
+		appendStringInfo(&d,
+						 "{\"status\":429,\"status_text\":\"Too Many Requests\",\"headers\":{"
+						 "\"Retry-After\":\"" INT64_FORMAT "\","
+						 "\"RateLimit-Limit\":\"" INT64_FORMAT "\","
+						 "\"RateLimit-Remaining\":\"" INT64_FORMAT "\","
+						 "\"RateLimit-Reset\":\"" INT64_FORMAT "\"}}",
+						 secs, args->lim, o->known ? o->remaining : 0, reset);
+		ereport(ERROR,
+				(errcode(ERRCODE_POSTGREST),
+				 errmsg_internal("%s", m.data),
+				 errdetail_internal("%s", d.data)));
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_RATE_LIMITED),
+			 errmsg_internal("%s", message),
+			 errdetail_internal("%s", detail),
+			 errhint("%s", hint)));
+	pg_unreachable();
+}
+
+/*
+ * Try, and while denied sleep on the latch until the store's retry time (or
+ * the deadline, if sooner), then try again. The latch wakes us for
+ * cancellation, statement_timeout and postmaster death, so the wait is
+ * always interruptible; the sleep is never shorter than 1 ms, so the loop
+ * cannot spin.
+ */
+void
+enforce_wait(const RlArgs *args, int policy, bool refund,
+			 int64 timeout_us, RlOutcome *o)
+{
+	TimestampTz deadline = GetCurrentTimestamp() + timeout_us;
+
+	for (;;)
+	{
+		TimestampTz now;
+		int64		sleep_us;
+		long		sleep_ms;
+
+		enforce_charge(args, policy, refund, o);
+		if (o->allowed)
+			return;
+		now = GetCurrentTimestamp();
+		if (now >= deadline)
+			return;
+		sleep_us = Min(Max(o->retry_us, 1000), deadline - now);
+		sleep_ms = (long) ((sleep_us + 999) / 1000);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}

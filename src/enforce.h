@@ -1,0 +1,40 @@
+/*
+ * enforce.h
+ *		Charging a call (failure policy, shadow mode, denial logging,
+ *		refund registration), raising on denial, and waiting for capacity.
+ */
+#ifndef SLIDEWIN_ENFORCE_H
+#define SLIDEWIN_ENFORCE_H
+
+#include "limit.h"
+#include "utils/guc.h"
+
+typedef enum ErrorStyle
+{
+	ERROR_STYLE_POSTGRES,
+	ERROR_STYLE_POSTGREST
+} ErrorStyle;
+
+extern bool slidewin_enforce;
+extern int	slidewin_log_denials;
+extern int	slidewin_error_style;
+extern const struct config_enum_entry log_denials_options[];
+extern const struct config_enum_entry error_style_options[];
+
+/*
+ * Charge args->cost units under the failure policy. In shadow mode
+ * (slidewin.enforce off) a call that would be denied is recorded and comes
+ * back allowed, with remaining 0 and the retry_after it would have had. With
+ * refund, units admitted by Redis are given back if the (sub)transaction
+ * aborts.
+ */
+extern void enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o);
+
+/* Raise SQLSTATE RL429 (or PGRST, under error_style postgrest). */
+extern void enforce_raise_denied(const RlArgs *args, const RlOutcome *o) pg_attribute_noreturn();
+
+/* Charge, sleeping on the latch until admitted or timeout_us has passed. */
+extern void enforce_wait(const RlArgs *args, int policy, bool refund,
+						 int64 timeout_us, RlOutcome *o);
+
+#endif

@@ -1,0 +1,168 @@
+/*-------------------------------------------------------------------------
+ *
+ * policy.c
+ *		The failure policy: what a call does when Redis cannot answer, and
+ *		the circuit breaker that keeps a dead Redis from costing every call
+ *		a connection attempt.
+ *
+ * The setting slidewin.on_redis_error is superuser-only; a call site may
+ * choose for its own call through an on_redis_error argument, which governs
+ * nothing but that call. This file decides; it never formats a Redis
+ * command (the stores do).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "fallback.h"
+#include "policy.h"
+
+const struct config_enum_entry policy_options[] = {
+	{"fallback", POLICY_FALLBACK, false},
+	{"allow", POLICY_ALLOW, false},
+	{"deny", POLICY_DENY, false},
+	{"error", POLICY_ERROR, false},
+	{NULL, 0, false}
+};
+
+int			slidewin_on_redis_error = POLICY_FALLBACK;
+int			slidewin_redis_retry_interval = 1000;
+
+int
+policy_from_name(const char *name, const char *argname)
+{
+	if (name == NULL)
+		return slidewin_on_redis_error;
+	for (int i = 0; policy_options[i].name; i++)
+		if (strcmp(name, policy_options[i].name) == 0)
+			return policy_options[i].val;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("argument \"%s\" must be one of fallback, allow, deny, error", argname),
+			 errdetail("Got \"%s\".", name)));
+	return POLICY_ERROR;		/* keep compiler quiet */
+}
+
+/*
+ * Circuit breaker: after a failure this backend leaves Redis alone for
+ * slidewin.redis_retry_interval, so that a dead Redis costs one connection
+ * attempt per interval, not one per call. The failure time is kept rather
+ * than a deadline, so that a changed interval takes effect at once.
+ */
+static TimestampTz redis_failed_at = 0;
+static bool redis_has_failed = false;
+static RedisStatus last_failure_status = RS_FAIL_CONNECT;
+static char last_failure[256];
+
+bool
+policy_redis_may_be_tried(RedisResult *r)
+{
+	if (!redis_has_failed ||
+		GetCurrentTimestamp() >= TimestampTzPlusMilliseconds(redis_failed_at,
+															 slidewin_redis_retry_interval))
+		return true;
+	r->status = last_failure_status;
+	r->reply = NULL;
+	snprintf(r->message, sizeof(r->message),
+			 "%s (not retried until slidewin.redis_retry_interval has passed)",
+			 last_failure);
+	return false;
+}
+
+void
+policy_redis_failed(const RedisResult *r)
+{
+	last_failure_status = r->status;
+	strlcpy(last_failure, r->message, sizeof(last_failure));
+	redis_failed_at = GetCurrentTimestamp();
+	redis_has_failed = true;
+}
+
+void
+policy_unavailable_error(const RedisResult *r)
+{
+	ereport(ERROR,
+			(errcode(r->status == RS_FAIL_CONNECT ?
+					 ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION :
+					 ERRCODE_CONNECTION_FAILURE),
+			 errmsg("slidewin could not reach Redis"),
+			 errdetail_internal("%s", r->message)));
+}
+
+/* The outcome of the allow and deny policies: no store was consulted. */
+static void
+policy_outcome(bool allowed, RlOutcome *o)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	o->allowed = allowed;
+	o->known = false;
+	o->remaining = 0;
+	o->reset_at_us = 0;
+	o->used = 0;
+	o->store = "none";
+	o->retry_us = 0;
+	o->recorded_ts = -1;
+	o->shadowed = false;
+	if (!allowed && redis_has_failed)
+	{
+		TimestampTz retry_at = TimestampTzPlusMilliseconds(redis_failed_at,
+														   slidewin_redis_retry_interval);
+
+		if (retry_at > now)
+			o->retry_us = retry_at - now;
+	}
+}
+
+/*
+ * Set once this backend has written to the fallback store. The store cleans
+ * itself while it is used; when Redis answers again, this backend finishes
+ * the job a few dozen rows per call, so that the rows of an outage do not
+ * outlive their windows. Never in a read-only transaction.
+ */
+static bool fallback_dirty = false;
+
+static void
+after_redis_success(void)
+{
+	if (fallback_dirty && !XactReadOnly && !RecoveryInProgress())
+		fallback_dirty = fallback_sweep(64);
+}
+
+void
+policy_run(int policy, const RlArgs *args, RlOutcome *o,
+		   RedisOp redis_op, FallbackOp fallback_op)
+{
+	RedisResult r;
+
+	if (policy_redis_may_be_tried(&r))
+	{
+		if (redis_op(args, o, &r))
+		{
+			after_redis_success();
+			return;
+		}
+		policy_redis_failed(&r);
+	}
+
+	switch (policy)
+	{
+		case POLICY_FALLBACK:
+			fallback_dirty = true;
+			fallback_op(args, o);
+			break;
+		case POLICY_ALLOW:
+			policy_outcome(true, o);
+			break;
+		case POLICY_DENY:
+			policy_outcome(false, o);
+			break;
+		default:
+			policy_unavailable_error(&r);
+	}
+}

@@ -1,0 +1,40 @@
+/*
+ * policy.h
+ *		What a call does when Redis cannot answer: the failure policy and the
+ *		circuit breaker.
+ */
+#ifndef SLIDEWIN_POLICY_H
+#define SLIDEWIN_POLICY_H
+
+#include "limit.h"
+#include "redis_conn.h"
+#include "utils/guc.h"
+
+typedef enum FailurePolicy
+{
+	POLICY_FALLBACK,
+	POLICY_ALLOW,
+	POLICY_DENY,
+	POLICY_ERROR
+} FailurePolicy;
+
+extern const struct config_enum_entry policy_options[];
+extern int	slidewin_on_redis_error;
+extern int	slidewin_redis_retry_interval;
+
+/* The policy named by `name`, or the setting when name is NULL. */
+extern int	policy_from_name(const char *name, const char *argname);
+
+typedef bool (*RedisOp) (const RlArgs *args, RlOutcome *o, RedisResult *r);
+typedef void (*FallbackOp) (const RlArgs *args, RlOutcome *o);
+
+/* Ask Redis; if it cannot answer, do what the policy says. */
+extern void policy_run(int policy, const RlArgs *args, RlOutcome *o,
+					   RedisOp redis_op, FallbackOp fallback_op);
+
+/* The circuit breaker, for callers that talk to Redis outside policy_run. */
+extern bool policy_redis_may_be_tried(RedisResult *r);
+extern void policy_redis_failed(const RedisResult *r);
+extern void policy_unavailable_error(const RedisResult *r);
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * refund.h
+ *		Giving back Redis units admitted in a transaction that aborts, when
+ *		refund_on_abort is on.
+ */
+#ifndef SLIDEWIN_REFUND_H
+#define SLIDEWIN_REFUND_H
+
+#include "limit.h"
+
+extern bool slidewin_refund_on_abort;
+
+extern void refund_init(void);
+
+/* Remember an entry recorded in Redis by this (sub)transaction. */
+extern void refund_remember(const RlArgs *args, int64 recorded_ts);
+
+/* Number of entries remembered so far, and giving back those from `mark` on now. */
+extern int	refund_mark(void);
+extern void refund_since(int mark);
+/* Stop remembering the entries from `mark` on, keeping their units spent. */
+extern void refund_forget_since(int mark);
+
+/* Units given back, refunds dropped because Redis could not be reached. */
+extern int64 refund_done_count;
+extern int64 refund_dropped_count;
+
+#endif

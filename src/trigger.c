@@ -1,0 +1,370 @@
+/*-------------------------------------------------------------------------
+ *
+ * trigger.c
+ *		rl_trigger(): quotas charged by the rows a statement writes.
+ *
+ *   CREATE TRIGGER ... FOR EACH ROW EXECUTE FUNCTION
+ *       rl_trigger(tenant_column, lim, win [, cost [, option ...]])
+ *
+ * The key is the table's qualified name, a colon, and the tenant column's
+ * value, so that a table's quota cannot be drawn from by another table or by
+ * a key a caller makes up. cost is a constant or the name of an integer
+ * column. Options: refund_on_abort[=on|off], on_redis_error=<policy>.
+ *
+ * Row level: one charge per row (the new row for INSERT and UPDATE, the old
+ * one for DELETE). Statement level, with a transition table: one charge per
+ * distinct tenant, of the statement's rows (or the sum of their cost
+ * column), all or nothing: if one tenant is denied, the units already
+ * charged to the others in this statement are given back before the error.
+ *
+ * Argument errors surface at the first firing, naming the trigger.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "enforce.h"
+#include "limit.h"
+#include "policy.h"
+#include "refund.h"
+
+PG_FUNCTION_INFO_V1(slidewin_trigger);
+
+typedef struct TrigConf
+{
+	const char *trigname;
+	const char *relname;		/* qualified, quoted as needed */
+	const char *tenant_col;
+	int			tenant_attno;
+	RlArgs		limits;			/* lim and win_us */
+	int64		cost_const;		/* when cost_col is NULL */
+	const char *cost_col;
+	int			cost_attno;
+	int			policy;
+	bool		refund;
+} TrigConf;
+
+static void
+trigger_context(void *arg)
+{
+	const TrigConf *c = (const TrigConf *) arg;
+
+	errcontext("rl_trigger: trigger \"%s\" on table %s", c->trigname, c->relname);
+}
+
+static int
+column_of(Relation rel, const TrigConf *c, const char *name, const char *what, bool integer)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			attno = SPI_fnumber(desc, name);
+	Oid			type;
+
+	if (attno == SPI_ERROR_NOATTRIBUTE || attno <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("trigger \"%s\" names %s column \"%s\", which table %s does not have",
+						c->trigname, what, name, c->relname)));
+	type = TupleDescAttr(desc, attno - 1)->atttypid;
+	if (integer && type != INT2OID && type != INT4OID && type != INT8OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("trigger \"%s\": cost column \"%s\" must be smallint, integer or bigint",
+						c->trigname, name)));
+	return attno;
+}
+
+static bool
+parse_int64(const char *s, int64 *v)
+{
+	char	   *end;
+
+	errno = 0;
+	*v = strtoi64(s, &end, 10);
+	return errno == 0 && end != s && *end == '\0';
+}
+
+static void
+parse_options(TrigConf *c, int nargs, char **args)
+{
+	for (int i = 4; i < nargs; i++)
+	{
+		const char *opt = args[i];
+
+		if (strcmp(opt, "refund_on_abort") == 0 || strcmp(opt, "refund_on_abort=on") == 0)
+			c->refund = true;
+		else if (strcmp(opt, "refund_on_abort=off") == 0)
+			c->refund = false;
+		else if (strncmp(opt, "on_redis_error=", 15) == 0)
+			c->policy = policy_from_name(opt + 15, "on_redis_error");
+		else
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("trigger \"%s\": unknown option \"%s\"", c->trigname, opt),
+					 errhint("Options are refund_on_abort[=on|off] and on_redis_error=fallback|allow|deny|error.")));
+	}
+}
+
+static void
+parse_conf(TriggerData *td, TrigConf *c)
+{
+	Trigger    *tg = td->tg_trigger;
+	Relation	rel = td->tg_relation;
+	char	  **args = tg->tgargs;
+	int64		lim;
+
+	if (tg->tgnargs < 3)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("trigger \"%s\": rl_trigger needs at least 3 arguments, got %d",
+						c->trigname, tg->tgnargs),
+				 errhint("Use rl_trigger('tenant_column', 'limit', 'window' [, 'cost' [, 'option' ...]]).")));
+
+	c->tenant_col = args[0];
+	c->tenant_attno = column_of(rel, c, args[0], "tenant", false);
+
+	if (!parse_int64(args[1], &lim))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("trigger \"%s\": limit \"%s\" is not an integer", c->trigname, args[1])));
+	limit_set_lim(lim, "lim", &c->limits);
+	limit_set_win(DatumGetIntervalP(DirectFunctionCall3(interval_in,
+														CStringGetDatum(args[2]),
+														ObjectIdGetDatum(InvalidOid),
+														Int32GetDatum(-1))),
+				  "win", &c->limits);
+
+	c->cost_const = 1;
+	c->cost_col = NULL;
+	if (tg->tgnargs >= 4)
+	{
+		if (parse_int64(args[3], &c->cost_const))
+			limit_set_cost(c->cost_const, &c->limits);
+		else
+		{
+			c->cost_col = args[3];
+			c->cost_attno = column_of(rel, c, args[3], "cost", true);
+		}
+	}
+	c->policy = policy_from_name(NULL, "on_redis_error");
+	c->refund = slidewin_refund_on_abort;
+	parse_options(c, tg->tgnargs, args);
+}
+
+static RlArgs
+tenant_args(const TrigConf *c, const char *tenant, int64 cost)
+{
+	RlArgs		a = c->limits;
+	char	   *key = psprintf("%s:%s", c->relname, tenant);
+
+	limit_set_key(key, strlen(key), &a);
+	a.cost = cost;
+	a.force = false;
+	return a;
+}
+
+static void
+null_tenant(const TrigConf *c)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("trigger \"%s\": tenant column \"%s\" is null", c->trigname, c->tenant_col),
+			 errdetail("Every row charged to a quota must name its tenant.")));
+}
+
+static void
+fire_row(TriggerData *td, const TrigConf *c, HeapTuple tuple)
+{
+	TupleDesc	desc = RelationGetDescr(td->tg_relation);
+	char	   *tenant = SPI_getvalue(tuple, desc, c->tenant_attno);
+	int64		cost = c->cost_const;
+	RlArgs		a;
+	RlOutcome	o;
+
+	if (tenant == NULL)
+		null_tenant(c);
+	if (c->cost_col)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(tuple, desc, c->cost_attno, &isnull);
+		Oid			type = TupleDescAttr(desc, c->cost_attno - 1)->atttypid;
+
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("trigger \"%s\": cost column \"%s\" is null", c->trigname, c->cost_col)));
+		cost = type == INT2OID ? DatumGetInt16(d) :
+			type == INT4OID ? DatumGetInt32(d) : DatumGetInt64(d);
+	}
+	a = tenant_args(c, tenant, 1);
+	limit_set_cost(cost, &a);
+	enforce_charge(&a, c->policy, c->refund, &o);
+	if (!o.allowed)
+		enforce_raise_denied(&a, &o);
+}
+
+typedef struct TenantCharge
+{
+	char	   *tenant;
+	int64		cost;
+} TenantCharge;
+
+/* The statement's tenants and their units, read from the transition table. */
+static TenantCharge *
+statement_tenants(TriggerData *td, const TrigConf *c, const char *table, int *n)
+{
+	StringInfoData q;
+	TenantCharge *out;
+	int			rc;
+
+	initStringInfo(&q);
+	appendStringInfo(&q, "SELECT %s::text, ", quote_identifier(c->tenant_col));
+	if (c->cost_col)
+		appendStringInfo(&q, "sum(%s)::bigint, count(*) FILTER (WHERE %s IS NULL)",
+						 quote_identifier(c->cost_col), quote_identifier(c->cost_col));
+	else
+		appendStringInfoString(&q, "count(*), 0::bigint");
+	appendStringInfo(&q, " FROM %s GROUP BY 1 ORDER BY 1", quote_identifier(table));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
+		elog(ERROR, "SPI_register_trigger_data failed");
+	rc = SPI_execute(q.data, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
+
+	*n = (int) SPI_processed;
+	out = (TenantCharge *) SPI_palloc(sizeof(TenantCharge) * Max(*n, 1));
+	for (int i = 0; i < *n; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		char	   *tenant = SPI_getvalue(row, desc, 1);
+
+		if (tenant == NULL)
+			null_tenant(c);
+		if (DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull)) > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("trigger \"%s\": cost column \"%s\" is null", c->trigname, c->cost_col)));
+		out[i].tenant = SPI_palloc(strlen(tenant) + 1);
+		strcpy(out[i].tenant, tenant);
+		out[i].cost = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+	}
+	SPI_finish();
+	return out;
+}
+
+static void
+fire_statement(TriggerData *td, const TrigConf *c)
+{
+	Trigger    *tg = td->tg_trigger;
+	const char *table = TRIGGER_FIRED_BY_DELETE(td->tg_event) ? tg->tgoldtable : tg->tgnewtable;
+	TenantCharge *tenants;
+	int			n;
+	int			mark = refund_mark();
+
+	if (table == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("trigger \"%s\": rl_trigger FOR EACH STATEMENT needs a transition table",
+						c->trigname),
+				 errhint("Add REFERENCING NEW TABLE AS new_rows (OLD TABLE for DELETE).")));
+
+	tenants = statement_tenants(td, c, table, &n);
+	for (int i = 0; i < n; i++)
+	{
+		RlArgs		a = tenant_args(c, tenants[i].tenant, tenants[i].cost);
+		RlOutcome	o;
+
+		if (a.cost < 1)
+			continue;
+		if (a.cost > a.lim)
+		{
+			/* Can never pass: a denial, not bad input. */
+			memset(&o, 0, sizeof(o));
+			o.known = false;
+			o.retry_us = a.win_us;
+			if (!slidewin_enforce)
+			{
+				ereport(slidewin_log_denials >= 0 ? slidewin_log_denials : DEBUG1,
+						(errmsg("slidewin would deny key \"%s\" (shadow mode)", a.key),
+						 errdetail("The statement needs " INT64_FORMAT " units, more than the limit " INT64_FORMAT ".",
+								   a.cost, a.lim)));
+				continue;
+			}
+			refund_since(mark);
+			ereport(ERROR,
+					(errcode(MAKE_SQLSTATE('R', 'L', '4', '2', '9')),
+					 errmsg("rate limit exceeded for key \"%s\"", a.key),
+					 errdetail("The statement needs " INT64_FORMAT " units, more than the limit " INT64_FORMAT ".",
+							   a.cost, a.lim),
+					 errhint("Split the statement into smaller ones.")));
+		}
+		/* Remember every admission, so that a later denial can undo it. */
+		enforce_charge(&a, c->policy, true, &o);
+		if (!o.allowed)
+		{
+			refund_since(mark);
+			enforce_raise_denied(&a, &o);
+		}
+	}
+	if (!c->refund)
+		refund_forget_since(mark);
+}
+
+Datum
+slidewin_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	TrigConf	c;
+	ErrorContextCallback errcb;
+	Relation	rel;
+	HeapTuple	ret = NULL;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("rl_trigger() must be called as a trigger")));
+	rel = td->tg_relation;
+	memset(&c, 0, sizeof(c));
+	c.trigname = td->tg_trigger->tgname;
+	c.relname = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+										   RelationGetRelationName(rel));
+	if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("trigger \"%s\": rl_trigger cannot charge a TRUNCATE", c.trigname)));
+
+	errcb.callback = trigger_context;
+	errcb.arg = &c;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+
+	parse_conf(td, &c);
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event))
+	{
+		if (TRIGGER_FIRED_BY_UPDATE(td->tg_event))
+			ret = td->tg_newtuple;
+		else
+			ret = td->tg_trigtuple;
+		fire_row(td, &c, ret);
+		if (!TRIGGER_FIRED_BEFORE(td->tg_event))
+			ret = NULL;
+	}
+	else
+		fire_statement(td, &c);
+
+	error_context_stack = errcb.previous;
+	return PointerGetDatum(ret);
+}
