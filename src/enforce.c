@@ -5,6 +5,9 @@
  *		denials, refund registration, the RL429 error, and waiting for
  *		capacity.
  *
+ * In shadow mode the store records a would-be denial, so the units it
+ * reports as used include the call's own.
+ *
  * Every charging entry point (rl_attempt, rl_allow, rl_enforce, rl_wait and
  * rl_trigger) goes through enforce_charge, so that shadow mode and refunds
  * mean the same everywhere. Nothing here formats a Redis command.
@@ -52,15 +55,32 @@ const struct config_enum_entry error_style_options[] = {
 	{NULL, 0, false}
 };
 
+/* "1 minute", "90 seconds", "250 milliseconds": the largest exact unit. */
 static char *
 window_text(int64 win_us)
 {
-	Interval	iv;
+	static const struct
+	{
+		int64		us;
+		const char *one;
+		const char *many;
+	}			units[] = {
+		{USECS_PER_DAY, "day", "days"},
+		{USECS_PER_HOUR, "hour", "hours"},
+		{USECS_PER_MINUTE, "minute", "minutes"},
+		{USECS_PER_SEC, "second", "seconds"},
+		{1000, "millisecond", "milliseconds"},
+		{1, "microsecond", "microseconds"},
+	};
 
-	iv.month = 0;
-	iv.day = win_us / USECS_PER_DAY;
-	iv.time = win_us % USECS_PER_DAY;
-	return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(&iv)));
+	for (int i = 0; i < lengthof(units); i++)
+		if (win_us % units[i].us == 0)
+		{
+			int64		n = win_us / units[i].us;
+
+			return psprintf(INT64_FORMAT " %s", n, n == 1 ? units[i].one : units[i].many);
+		}
+	return psprintf(INT64_FORMAT " microseconds", win_us);	/* not reached */
 }
 
 /* Whole seconds until a retry can pass: rounded up, at least 1. */
@@ -87,9 +107,9 @@ log_denial(const RlArgs *args, const RlOutcome *o, bool shadow)
 			(errmsg(shadow ? "slidewin would deny key \"%s\" (shadow mode)"
 					: "slidewin denied key \"%s\"", key_text(args)),
 			 o->known ?
-			 errdetail("Units used " INT64_FORMAT " of " INT64_FORMAT " per %s, cost " INT64_FORMAT ", store %s; retry after " INT64_FORMAT " s.",
-					   o->used, args->lim, window_text(args->win_us), args->cost,
-					   o->store, retry_seconds(o)) :
+			 errdetail("Used " INT64_FORMAT " of " INT64_FORMAT " units in the last %s; the call needed " INT64_FORMAT ". Store %s; retry after " INT64_FORMAT " seconds.",
+					   o->used - (shadow ? args->cost : 0), args->lim,
+					   window_text(args->win_us), args->cost, o->store, retry_seconds(o)) :
 			 errdetail("Redis could not answer and the failure policy denied the call.")));
 }
 
