@@ -25,6 +25,12 @@ ifneq ($(PGXS),)
 include $(PGXS)
 endif
 
+# PGXS does not track header dependencies unless the server was configured
+# with --enable-depend: rebuild every object when any header changes.
+ifneq ($(PGXS),)
+$(OBJS): $(wildcard src/*.h)
+endif
+
 .PHONY: deps demo test bench
 
 deps:

@@ -113,8 +113,8 @@ log_denial(const RlArgs *args, const RlOutcome *o, bool shadow)
 			 errdetail("Redis could not answer and the failure policy denied the call.")));
 }
 
-void
-enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
+static void
+charge(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
 {
 	RlArgs		a = *args;
 
@@ -122,7 +122,8 @@ enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
 	policy_run(policy, &a, o, redis_store_attempt, fallback_attempt);
 	if (!o->allowed)
 	{
-		log_denial(args, o, a.force);
+		if (log)
+			log_denial(args, o, a.force);
 		if (a.force)
 		{
 			o->allowed = true;
@@ -132,6 +133,12 @@ enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
 	}
 	if (refund && o->recorded_ts >= 0)
 		refund_remember(args, o->recorded_ts);
+}
+
+void
+enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
+{
+	charge(args, policy, refund, true, o);
 }
 
 void
@@ -202,8 +209,10 @@ enforce_raise_denied(const RlArgs *args, const RlOutcome *o)
  * Try, and while denied sleep on the latch until the store's retry time (or
  * the deadline, if sooner), then try again. The latch wakes us for
  * cancellation, statement_timeout and postmaster death, so the wait is
- * always interruptible; the sleep is never shorter than 1 ms, so the loop
- * cannot spin.
+ * always interruptible. The sleep is never shorter than 1 ms, or 50 ms when
+ * no store could say when capacity returns (a deny policy while Redis is
+ * unreachable), so the loop cannot spin. A denial is logged once per call,
+ * not once per try.
  */
 void
 enforce_wait(const RlArgs *args, int policy, bool refund,
@@ -211,19 +220,20 @@ enforce_wait(const RlArgs *args, int policy, bool refund,
 {
 	TimestampTz deadline = GetCurrentTimestamp() + timeout_us;
 
-	for (;;)
+	for (bool first = true;; first = false)
 	{
 		TimestampTz now;
 		int64		sleep_us;
 		long		sleep_ms;
 
-		enforce_charge(args, policy, refund, o);
+		charge(args, policy, refund, first, o);
 		if (o->allowed)
 			return;
 		now = GetCurrentTimestamp();
 		if (now >= deadline)
 			return;
-		sleep_us = Min(Max(o->retry_us, 1000), deadline - now);
+		sleep_us = Max(o->retry_us, o->known ? 1000 : 50000);
+		sleep_us = Min(sleep_us, deadline - now);
 		sleep_ms = (long) ((sleep_us + 999) / 1000);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);

@@ -48,6 +48,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "access/genam.h"
 #include "access/heapam.h"
 #include "access/relscan.h"
@@ -99,20 +101,41 @@
 
 typedef enum FbIndex
 {
-	IDX_KEY_TS,
-	IDX_KEY_TOTAL,
+	IDX_KEY_TS,					/* rl_fallback_state: (key, algo) */
+	IDX_KEY_TOTAL,				/* rl_fallback_state: none */
 	IDX_EXPIRES,
 	IDX_COUNT
 } FbIndex;
 
-static const char *const index_names[IDX_COUNT] = {
-	"rl_fallback_log_key_ts",
-	"rl_fallback_log_key_total",
-	"rl_fallback_log_expires",
+/*
+ * The tables: the sliding log, the log of rl_attempt_multi (same layout, so
+ * that its keys never meet rl_attempt's), and the state of the counting
+ * algorithms: one row per key and algorithm.
+ */
+typedef enum FbTableId
+{
+	TBL_LOG,
+	TBL_MLOG,
+	TBL_STATE,
+	TBL_COUNT
+} FbTableId;
+
+typedef struct FbTable
+{
+	const char *relname;
+	const char *index_names[IDX_COUNT];
+	int			natts;
+	Oid			relid;
+	Oid			index_oids[IDX_COUNT];
+} FbTable;
+
+static FbTable tables[TBL_COUNT] = {
+	{"rl_fallback_log", {"rl_fallback_log_key_ts", "rl_fallback_log_key_total", "rl_fallback_log_expires"}, FB_NATTS},
+	{"rl_fallback_mlog", {"rl_fallback_mlog_key_ts", "rl_fallback_mlog_key_total", "rl_fallback_mlog_expires"}, FB_NATTS},
+	{"rl_fallback_state", {"rl_fallback_state_key", NULL, "rl_fallback_state_expires"}, 6},
 };
 
-static Oid	log_relid = InvalidOid;
-static Oid	index_oids[IDX_COUNT];
+static bool oids_valid = false;
 
 typedef struct FbEntry
 {
@@ -125,6 +148,7 @@ typedef struct FbEntry
 
 typedef struct FbScan
 {
+	FbTable    *tbl;
 	Relation	rel;
 	Relation	idx[IDX_COUNT];
 	TupleTableSlot *slot;
@@ -135,12 +159,15 @@ typedef struct FbScan
 static void
 invalidate_oids(Datum arg, Oid relid)
 {
-	bool		ours = (relid == InvalidOid || relid == log_relid);
+	for (int t = 0; t < TBL_COUNT; t++)
+	{
+		bool		ours = (relid == InvalidOid || relid == tables[t].relid);
 
-	for (int i = 0; i < IDX_COUNT; i++)
-		ours = ours || relid == index_oids[i];
-	if (ours)
-		log_relid = InvalidOid;
+		for (int i = 0; i < IDX_COUNT; i++)
+			ours = ours || relid == tables[t].index_oids[i];
+		if (ours)
+			oids_valid = false;
+	}
 }
 
 void
@@ -176,9 +203,9 @@ lookup_oids(void)
 {
 	Oid			ext;
 	Oid			nsp;
-	bool		missing;
+	bool		missing = false;
 
-	if (OidIsValid(log_relid))
+	if (oids_valid)
 		return;
 	ext = get_extension_oid("slidewin", true);
 	if (!OidIsValid(ext))
@@ -186,18 +213,23 @@ lookup_oids(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("extension \"slidewin\" is not installed in this database")));
 	nsp = extension_schema(ext);
-	missing = !OidIsValid(get_relname_relid("rl_fallback_log", nsp));
-	for (int i = 0; i < IDX_COUNT; i++)
+	for (int t = 0; t < TBL_COUNT; t++)
 	{
-		index_oids[i] = get_relname_relid(index_names[i], nsp);
-		missing = missing || !OidIsValid(index_oids[i]);
+		tables[t].relid = get_relname_relid(tables[t].relname, nsp);
+		missing = missing || !OidIsValid(tables[t].relid);
+		for (int i = 0; i < IDX_COUNT; i++)
+		{
+			tables[t].index_oids[i] = tables[t].index_names[i] ?
+				get_relname_relid(tables[t].index_names[i], nsp) : InvalidOid;
+			missing = missing || (tables[t].index_names[i] && !OidIsValid(tables[t].index_oids[i]));
+		}
 	}
 	if (missing)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("the slidewin fallback table or one of its indexes is missing"),
 				 errhint("Update the extension with ALTER EXTENSION slidewin UPDATE, or recreate it.")));
-	log_relid = get_relname_relid("rl_fallback_log", nsp);
+	oids_valid = true;
 }
 
 static int64
@@ -235,18 +267,20 @@ lock_key(text *key, LOCKTAG *tag)
 }
 
 static void
-scan_open(FbScan *s, text *key, LOCKMODE mode)
+scan_open(FbScan *s, FbTableId t, text *key, LOCKMODE mode)
 {
 	lookup_oids();
+	s->tbl = &tables[t];
 	s->mode = mode;
-	s->rel = table_open(log_relid, mode);
-	if (RelationGetDescr(s->rel)->natts != FB_NATTS)
+	s->rel = table_open(s->tbl->relid, mode);
+	if (RelationGetDescr(s->rel)->natts != s->tbl->natts)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the slidewin fallback table has the layout of an older version"),
 				 errhint("Update the extension with ALTER EXTENSION slidewin UPDATE.")));
 	for (int i = 0; i < IDX_COUNT; i++)
-		s->idx[i] = index_open(index_oids[i], mode);
+		s->idx[i] = OidIsValid(s->tbl->index_oids[i]) ?
+			index_open(s->tbl->index_oids[i], mode) : NULL;
 	s->slot = table_slot_create(s->rel, NULL);
 	s->key = key;
 }
@@ -256,7 +290,8 @@ scan_close(FbScan *s)
 {
 	ExecDropSingleTupleTableSlot(s->slot);
 	for (int i = IDX_COUNT - 1; i >= 0; i--)
-		index_close(s->idx[i], s->mode);
+		if (s->idx[i])
+			index_close(s->idx[i], s->mode);
 	table_close(s->rel, s->mode);
 }
 
@@ -314,10 +349,12 @@ scan_next(FbScan *s, IndexScanDesc scan, ScanDirection dir, FbEntry *e)
 		return false;
 	}
 	e->found = true;
+	e->tid = s->slot->tts_tid;
+	if (s->tbl == &tables[TBL_STATE])
+		return true;			/* callers want only the row's tid */
 	e->ts = DatumGetInt64(slot_getattr(s->slot, FB_ATT_TS, &isnull));
 	e->total = DatumGetInt64(slot_getattr(s->slot, FB_ATT_TOTAL, &isnull));
 	e->cost = DatumGetInt64(slot_getattr(s->slot, FB_ATT_COST, &isnull));
-	e->tid = s->slot->tts_tid;
 	return true;
 }
 
@@ -401,63 +438,136 @@ sweep(FbScan *s, int64 now, int want)
 bool
 fallback_sweep(int want)
 {
-	FbScan		s;
-	bool		more;
+	bool		more = false;
+	int64		now = fallback_now();
 
-	scan_open(&s, NULL, RowExclusiveLock);
-	more = sweep(&s, fallback_now(), want);
-	scan_close(&s);
+	for (int t = 0; t < TBL_COUNT; t++)
+	{
+		FbScan		s;
+
+		scan_open(&s, (FbTableId) t, NULL, RowExclusiveLock);
+		more = sweep(&s, now, want) || more;
+		scan_close(&s);
+	}
 	return more;
 }
 
+/* One (lim, win) pair of a log: rl_attempt has one, rl_attempt_multi several. */
+typedef struct FbWindow
+{
+	int64		lim;
+	int64		win;
+	int64		cutoff;
+	int64		base;			/* running total before this window */
+	int64		used;
+} FbWindow;
+
 typedef struct FbState
 {
-	int64		now;			/* the clock before reading: defines the window */
+	int64		now;			/* the clock before reading: defines the windows */
 	int64		now_after;		/* the clock after reading: admission time */
-	int64		cutoff;
-	FbEntry		first;			/* oldest row inside the window */
-	FbEntry		newest;			/* newest row, inside the window or not */
-	int64		base;			/* running total before the window */
-	int64		used;
+	int64		maxwin;
+	FbEntry		newest;			/* newest row, inside the windows or not */
+	int			n;
+	FbWindow	w[RL_MAX_WINDOWS];
 } FbState;
 
 static void
 read_state(FbScan *s, const RlArgs *args, FbState *st)
 {
 	st->now = fallback_now();
-	st->cutoff = st->now - args->win_us;
-	scan_first(s, IDX_KEY_TS, ForwardScanDirection, BTGreaterStrategyNumber,
-			   st->cutoff, &st->first);
-	scan_first(s, IDX_KEY_TS, BackwardScanDirection, InvalidStrategy, 0, &st->newest);
-	if (st->first.found)
+	if (args->algorithm == ALGO_MULTI_LOG)
 	{
-		st->base = st->first.total - st->first.cost;
-		st->used = st->newest.total - st->base;
+		st->n = args->nwin;
+		for (int i = 0; i < st->n; i++)
+		{
+			st->w[i].lim = args->lims[i];
+			st->w[i].win = args->wins_us[i];
+		}
 	}
 	else
 	{
-		st->base = st->newest.found ? st->newest.total : 0;
-		st->used = 0;
+		st->n = 1;
+		st->w[0].lim = args->lim;
+		st->w[0].win = args->win_us;
+	}
+	scan_first(s, IDX_KEY_TS, BackwardScanDirection, InvalidStrategy, 0, &st->newest);
+	st->maxwin = 0;
+	for (int i = 0; i < st->n; i++)
+	{
+		FbWindow   *w = &st->w[i];
+		FbEntry		first;		/* oldest row inside the window */
+
+		st->maxwin = Max(st->maxwin, w->win);
+		w->cutoff = st->now - w->win;
+		scan_first(s, IDX_KEY_TS, ForwardScanDirection, BTGreaterStrategyNumber,
+				   w->cutoff, &first);
+		if (first.found)
+		{
+			w->base = first.total - first.cost;
+			w->used = st->newest.total - w->base;
+		}
+		else
+		{
+			w->base = st->newest.found ? st->newest.total : 0;
+			w->used = 0;
+		}
 	}
 	st->now_after = fallback_now();
 }
 
 /*
- * When the window next admits `need` more units: the expiry of the live row
+ * When window w next admits `need` more units: the expiry of the live row
  * whose running total reaches base + need, found in one descent of the
  * (key, total) index. Rows before the window all have totals <= base, so
  * the row found is a live one.
  */
 static int64
-retry_after(FbScan *s, const RlArgs *args, const FbState *st, int64 need)
+retry_after(FbScan *s, const FbState *st, const FbWindow *w, int64 need)
 {
 	FbEntry		e;
 
 	scan_first(s, IDX_KEY_TOTAL, ForwardScanDirection, BTGreaterEqualStrategyNumber,
-			   st->base + need, &e);
-	if (!e.found || e.ts <= st->cutoff)
+			   w->base + need, &e);
+	if (!e.found || e.ts <= w->cutoff)
 		elog(ERROR, "slidewin fallback log is inconsistent");
-	return e.ts + args->win_us - st->now;
+	return e.ts + w->win - st->now;
+}
+
+/*
+ * Decide a call of `cost` against every window: allowed only if each admits
+ * it. remaining and used describe the most constraining window, retry_us
+ * the longest wait.
+ */
+static void
+decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
+{
+	bool		first = true;
+
+	o->allowed = true;
+	o->retry_us = 0;
+	for (int i = 0; i < st->n; i++)
+	{
+		const FbWindow *w = &st->w[i];
+		int64		rem = w->lim - w->used - cost;
+
+		if (rem < 0)
+		{
+			int64		wait = retry_after(s, st, w, w->used + cost - w->lim);
+
+			o->allowed = false;
+			o->retry_us = Max(o->retry_us, wait);
+		}
+		/* A peek reports the units left, not those left after a call. */
+		if (rem < 0 || peek)
+			rem = Max(w->lim - w->used, 0);
+		if (first || rem < o->remaining)
+		{
+			o->remaining = rem;
+			o->used = w->used;
+			first = false;
+		}
+	}
 }
 
 static void
@@ -492,8 +602,8 @@ insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 	heap_freetuple(tup);
 }
 
-void
-fallback_attempt(const RlArgs *args, RlOutcome *o)
+static void
+log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 {
 	FbScan		s;
 	FbState		st;
@@ -501,42 +611,35 @@ fallback_attempt(const RlArgs *args, RlOutcome *o)
 	LOCKTAG		tag;
 
 	lock_key(key, &tag);
-	scan_open(&s, key, RowExclusiveLock);
+	scan_open(&s, t, key, RowExclusiveLock);
 	read_state(&s, args, &st);
 
+	decide(&s, &st, args->cost, false, o);
 	o->store = "fallback";
 	o->recorded_ts = -1;		/* rows go with an aborted transaction anyway */
 	o->shadowed = false;
-	o->allowed = (st.used + args->cost <= args->lim);
 	o->known = true;
-	if (!o->allowed)
-	{
-		o->remaining = Max(args->lim - st.used, 0);
-		o->retry_us = retry_after(&s, args, &st, st.used + args->cost - args->lim);
-		o->reset_at_us = st.newest.ts + args->win_us;
-		o->used = st.used;
-	}
+	o->reset_at_us = st.newest.ts + st.maxwin;
 	if (o->allowed || args->force)
 	{
 		int64		ts = st.now_after;
-		int64		base = st.base;
+		int64		total = st.newest.found ? st.newest.total : 0;
 
 		if (st.newest.found && ts <= st.newest.ts)
 			ts = st.newest.ts + 1;
 		/* This key's expired rows go at once, other keys' a few at a time. */
-		delete_expired(&s, st.cutoff);
-		if (st.used == 0 && base >= TOTAL_RESTART)
-			base = 0;
+		delete_expired(&s, st.now - st.maxwin);
+		if (total >= TOTAL_RESTART && st.newest.ts <= st.now - st.maxwin)
+			total = 0;
 		sweep(&s, ts, SWEEP_PER_CALL);
-		insert_row(&s, ts, base + st.used + args->cost, args->cost, ts + args->win_us);
+		insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
 		/* Later calls in this same command must see it. */
 		CommandCounterIncrement();
 
-		o->remaining = Max(args->lim - st.used - args->cost, 0);
-		if (o->allowed)
-			o->retry_us = 0;
-		o->reset_at_us = ts + args->win_us;
-		o->used = st.used + args->cost;
+		if (!o->allowed)
+			o->remaining = 0;
+		o->reset_at_us = ts + st.maxwin;
+		o->used += args->cost;
 	}
 	scan_close(&s);
 
@@ -549,37 +652,295 @@ fallback_attempt(const RlArgs *args, RlOutcome *o)
 		LockRelease(&tag, ExclusiveLock, false);
 }
 
-void
-fallback_peek(const RlArgs *args, RlOutcome *o)
+static void
+log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
 {
 	FbScan		s;
 	FbState		st;
+	int64		used_longest = 0;
 
-	scan_open(&s, stored_key(args), AccessShareLock);
+	scan_open(&s, t, stored_key(args), AccessShareLock);
 	read_state(&s, args, &st);
-
+	decide(&s, &st, 1, true, o);
+	for (int i = 0; i < st.n; i++)
+		used_longest = Max(used_longest, st.w[i].used);
 	o->store = "fallback";
 	o->known = true;
 	o->recorded_ts = -1;
 	o->shadowed = false;
-	o->used = st.used;
-	o->remaining = Max(args->lim - st.used, 0);
-	o->reset_at_us = st.used > 0 ? st.newest.ts + args->win_us : st.now;
-	o->allowed = (st.used + 1 <= args->lim);
-	o->retry_us = o->allowed ? 0 : retry_after(&s, args, &st, st.used + 1 - args->lim);
+	o->reset_at_us = used_longest > 0 ? st.newest.ts + st.maxwin : st.now;
 	scan_close(&s);
 }
 
-void
-fallback_reset(const RlArgs *args)
+/* ---------------------------------------------------------------------
+ * The counting algorithms: one row (key, algo, s, a, b, expires) per key
+ * and algorithm in rl_fallback_state, replaced on each write. The same
+ * arithmetic as their Redis scripts (scripts.c), on the PostgreSQL clock.
+ *   fixed_window:    s = window start, a = units in it
+ *   sliding_counter: s = current bucket start, a = its units, b = previous bucket's
+ *   token_bucket:    a = theoretical arrival time (us, fractional)
+ * ---------------------------------------------------------------------
+ */
+#define ST_ATT_KEY 1
+#define ST_ATT_ALGO 2
+#define ST_ATT_S 3
+#define ST_ATT_A 4
+#define ST_ATT_B 5
+#define ST_ATT_EXPIRES 6
+
+typedef struct StRow
+{
+	bool		found;
+	int64		s;
+	double		a;
+	double		b;
+	ItemPointerData tid;
+} StRow;
+
+static void
+state_read(FbScan *s, int algo, StRow *r)
+{
+	ScanKeyData sk[2];
+	IndexScanDesc scan;
+	bool		isnull;
+
+	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
+	ScanKeyEntryInitialize(&sk[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_INT2EQ, Int16GetDatum((int16) algo));
+	scan = index_beginscan(s->rel, s->idx[IDX_KEY_TS], SnapshotSelf, 2, 0);
+	index_rescan(scan, sk, 2, NULL, 0);
+	r->found = index_getnext_slot(scan, ForwardScanDirection, s->slot);
+	if (r->found)
+	{
+		r->s = DatumGetInt64(slot_getattr(s->slot, ST_ATT_S, &isnull));
+		r->a = DatumGetFloat8(slot_getattr(s->slot, ST_ATT_A, &isnull));
+		r->b = DatumGetFloat8(slot_getattr(s->slot, ST_ATT_B, &isnull));
+		r->tid = s->slot->tts_tid;
+	}
+	index_endscan(scan);
+}
+
+static void
+state_write(FbScan *s, int algo, const StRow *old, int64 st, double a, double b, int64 expires)
+{
+	Datum		values[6];
+	bool		nulls[6] = {false};
+	HeapTuple	tup;
+	Datum		ivalues[2];
+	bool		inulls[2] = {false, false};
+
+	if (old->found)
+		try_delete(s, (ItemPointer) &old->tid);
+	values[ST_ATT_KEY - 1] = PointerGetDatum(s->key);
+	values[ST_ATT_ALGO - 1] = Int16GetDatum((int16) algo);
+	values[ST_ATT_S - 1] = Int64GetDatum(st);
+	values[ST_ATT_A - 1] = Float8GetDatum(a);
+	values[ST_ATT_B - 1] = Float8GetDatum(b);
+	values[ST_ATT_EXPIRES - 1] = Int64GetDatum(expires);
+	tup = heap_form_tuple(RelationGetDescr(s->rel), values, nulls);
+	simple_heap_insert(s->rel, tup);
+	ivalues[0] = values[ST_ATT_KEY - 1];
+	ivalues[1] = values[ST_ATT_ALGO - 1];
+	index_insert(s->idx[IDX_KEY_TS], ivalues, inulls, &tup->t_self, s->rel,
+				 UNIQUE_CHECK_NO, false, BuildIndexInfo(s->idx[IDX_KEY_TS]));
+	ivalues[0] = values[ST_ATT_EXPIRES - 1];
+	index_insert(s->idx[IDX_EXPIRES], ivalues, inulls, &tup->t_self, s->rel,
+				 UNIQUE_CHECK_NO, false, BuildIndexInfo(s->idx[IDX_EXPIRES]));
+	heap_freetuple(tup);
+	CommandCounterIncrement();
+}
+
+/* Euclidean remainder: window starts are aligned even before the epoch. */
+static int64
+floor_mod(int64 a, int64 b)
+{
+	int64		m = a % b;
+
+	return m < 0 ? m + b : m;
+}
+
+/*
+ * One call of a counting algorithm. peek: decide for cost, write nothing.
+ * Otherwise write when admitted, or when forced (shadow mode).
+ */
+static void
+counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
+{
+	int			algo = (int) args->algorithm;
+	int64		now = fallback_now();
+	int64		lim = args->lim;
+	int64		win = args->win_us;
+	int64		start = now - floor_mod(now, win);
+	bool		write = false;
+	StRow		r;
+	int64		ns = 0;
+	double		na = 0,
+				nb = 0;
+	int64		expires = 0;
+
+	state_read(s, algo, &r);
+	o->store = "fallback";
+	o->known = true;
+	o->recorded_ts = -1;
+	o->shadowed = false;
+	o->retry_us = 0;
+
+	if (args->algorithm == ALGO_FIXED_WINDOW)
+	{
+		int64		reset = start + win;
+		int64		n = (r.found && r.s == start) ? (int64) r.a : 0;
+
+		o->allowed = (n + cost <= lim);
+		write = !peek && (o->allowed || args->force);
+		o->remaining = Max(lim - n - (write ? cost : 0), 0);
+		o->used = n + (write ? cost : 0);
+		o->retry_us = o->allowed ? 0 : reset - now;
+		o->reset_at_us = (o->used > 0) ? reset : now;
+		ns = start;
+		na = (double) (n + cost);
+		expires = reset;
+	}
+	else if (args->algorithm == ALGO_SLIDING_COUNTER)
+	{
+		double		c = 0,
+					p = 0,
+					est;
+		int64		e;
+
+		if (r.found)
+		{
+			if (r.s == start)
+				c = r.a, p = r.b;
+			else if (r.s == start - win)
+				p = r.a;
+			else if (r.s > start)
+				start = r.s, c = r.a, p = r.b;
+		}
+		e = Max(now - start, 0);
+		est = p * (double) (win - e) / (double) win + c;
+		o->allowed = (est + cost <= lim);
+		if (!o->allowed)
+		{
+			if (c + cost <= lim && p > 0)
+				o->retry_us = (int64) ceil(win - (lim - c - cost) * (double) win / p) - e;
+			else
+			{
+				double		cn = c + (args->force && !peek ? cost : 0);
+				int64		e2 = 0;
+
+				if (cost >= lim)
+					e2 = win;
+				else if (cn > 0)
+					e2 = (int64) ceil(win - (lim - cost) * (double) win / cn);
+				o->retry_us = (win - e) + Max(e2, 0);
+			}
+			o->retry_us = Max(o->retry_us, 1);
+		}
+		write = !peek && (o->allowed || args->force);
+		if (write)
+		{
+			est += cost;
+			c += cost;
+		}
+		o->remaining = Max((int64) floor(lim - est), 0);
+		if (!o->allowed)
+			o->remaining = write ? 0 : Max((int64) floor(lim - est), 0);
+		o->used = (int64) ceil(est);
+		o->reset_at_us = c > 0 ? start + 2 * win : p > 0 ? start + win : now;
+		ns = start;
+		na = c;
+		nb = p;
+		expires = start + 2 * win;
+	}
+	else						/* ALGO_TOKEN_BUCKET */
+	{
+		double		t = (double) win / (double) lim;
+		double		tat = r.found ? Max(r.a, (double) now) : (double) now;
+		double		nt = tat + cost * t;
+
+		o->allowed = (nt - now <= win + 1e-3);
+		write = !peek && (o->allowed || args->force);
+		o->used = (int64) ceil((tat - now) / t - 1e-9) + (write ? cost : 0);
+		if (o->allowed)
+			o->remaining = Max((int64) floor((win - ((write ? nt : tat) - now)) / t + 1e-9), 0);
+		else
+		{
+			o->remaining = write ? 0 : Max((int64) floor((win - (tat - now)) / t + 1e-9), 0);
+			o->retry_us = Max((int64) ceil(nt - win - now - 1e-3), 1);
+		}
+		o->reset_at_us = (int64) ceil(write ? nt : tat);
+		na = nt;
+		expires = (int64) ceil(nt);
+	}
+	if (write)
+		state_write(s, algo, &r, ns, na, nb, expires);
+}
+
+static void
+counter_attempt(const RlArgs *args, RlOutcome *o)
 {
 	FbScan		s;
 	text	   *key = stored_key(args);
 	LOCKTAG		tag;
 
 	lock_key(key, &tag);
-	scan_open(&s, key, RowExclusiveLock);
-	delete_key(&s);
-	CommandCounterIncrement();
+	scan_open(&s, TBL_STATE, key, RowExclusiveLock);
+	counter_call(&s, args, args->cost, false, o);
+	if (o->allowed || args->force)
+		sweep(&s, fallback_now(), SWEEP_PER_CALL);
 	scan_close(&s);
+	if (!o->allowed && !args->force)
+		LockRelease(&tag, ExclusiveLock, false);
+}
+
+static void
+counter_peek(const RlArgs *args, RlOutcome *o)
+{
+	FbScan		s;
+
+	scan_open(&s, TBL_STATE, stored_key(args), AccessShareLock);
+	counter_call(&s, args, 1, true, o);
+	scan_close(&s);
+}
+
+void
+fallback_attempt(const RlArgs *args, RlOutcome *o)
+{
+	if (args->algorithm == ALGO_SLIDING_LOG)
+		log_attempt(TBL_LOG, args, o);
+	else if (args->algorithm == ALGO_MULTI_LOG)
+		log_attempt(TBL_MLOG, args, o);
+	else
+		counter_attempt(args, o);
+}
+
+void
+fallback_peek(const RlArgs *args, RlOutcome *o)
+{
+	if (args->algorithm == ALGO_SLIDING_LOG)
+		log_peek(TBL_LOG, args, o);
+	else if (args->algorithm == ALGO_MULTI_LOG)
+		log_peek(TBL_MLOG, args, o);
+	else
+		counter_peek(args, o);
+}
+
+/* Forget the key in every table, whatever the algorithm. */
+void
+fallback_reset(const RlArgs *args)
+{
+	text	   *key = stored_key(args);
+	LOCKTAG		tag;
+
+	lock_key(key, &tag);
+	for (int t = 0; t < TBL_COUNT; t++)
+	{
+		FbScan		s;
+
+		scan_open(&s, (FbTableId) t, key, RowExclusiveLock);
+		delete_key(&s);
+		scan_close(&s);
+	}
+	CommandCounterIncrement();
 }

@@ -14,6 +14,8 @@
 #include "access/htup_details.h"
 #include "common/int.h"
 #include "funcapi.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/timestamp.h"
@@ -109,6 +111,31 @@ limit_set_cost(int64 cost, RlArgs *args)
 	args->cost = cost;
 }
 
+static const char *const algorithm_names[ALGO_COUNT] = {
+	"sliding_log", "sliding_counter", "fixed_window", "token_bucket", "multi"
+};
+
+RlAlgorithm
+limit_algorithm(const char *name)
+{
+	if (name == NULL)
+		return ALGO_SLIDING_LOG;
+	for (int i = 0; i < ALGO_MULTI_LOG; i++)
+		if (strcmp(name, algorithm_names[i]) == 0)
+			return (RlAlgorithm) i;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("argument \"algorithm\" must be one of sliding_log, sliding_counter, fixed_window, token_bucket"),
+			 errdetail("Got \"%s\".", name)));
+	return ALGO_SLIDING_LOG;	/* keep compiler quiet */
+}
+
+const char *
+limit_algorithm_name(RlAlgorithm a)
+{
+	return algorithm_names[a];
+}
+
 void
 limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args)
 {
@@ -123,6 +150,76 @@ limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args)
 	args->cost = 1;
 	if (has_cost)
 		limit_set_cost(PG_GETARG_INT64(3), args);
+}
+
+/* rl_attempt_multi: (key, lims bigint[], wins interval[], cost). */
+void
+limit_check_multi(FunctionCallInfo fcinfo, RlArgs *args)
+{
+	static const char *const names[] = {"key", "lims", "wins", "cost"};
+	ArrayType  *lims;
+	ArrayType  *wins;
+	Datum	   *lim_d;
+	Datum	   *win_d;
+	bool	   *lim_n;
+	bool	   *win_n;
+	int			nl;
+	int			nw;
+	int64		cost;
+
+	for (int i = 0; i < 4; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"%s\" must not be null", names[i])));
+	memset(args, 0, sizeof(RlArgs));
+	limit_check_key(fcinfo, 0, args);
+	args->algorithm = ALGO_MULTI_LOG;
+
+	lims = PG_GETARG_ARRAYTYPE_P(1);
+	wins = PG_GETARG_ARRAYTYPE_P(2);
+	if (ARR_NDIM(lims) > 1 || ARR_NDIM(wins) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("arguments \"lims\" and \"wins\" must be one-dimensional arrays")));
+	deconstruct_array(lims, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &lim_d, &lim_n, &nl);
+	deconstruct_array(wins, INTERVALOID, sizeof(Interval), false, TYPALIGN_DOUBLE, &win_d, &win_n, &nw);
+	if (nl != nw)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("arguments \"lims\" and \"wins\" must have the same length"),
+				 errdetail("\"lims\" has %d elements and \"wins\" has %d.", nl, nw)));
+	if (nl < 1 || nl > RL_MAX_WINDOWS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("arguments \"lims\" and \"wins\" must have 1 to %d elements", RL_MAX_WINDOWS),
+				 errdetail("They have %d.", nl)));
+	args->nwin = nl;
+	for (int i = 0; i < nl; i++)
+	{
+		RlArgs		one;
+
+		if (lim_n[i] || win_n[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"%s\" must not contain nulls", lim_n[i] ? "lims" : "wins")));
+		limit_set_lim(DatumGetInt64(lim_d[i]), "lims", &one);
+		limit_set_win(DatumGetIntervalP(win_d[i]), "wins", &one);
+		args->lims[i] = one.lim;
+		args->wins_us[i] = one.win_us;
+		if (one.win_us > args->win_us)
+		{
+			args->win_us = one.win_us;
+			args->lim = one.lim;
+		}
+	}
+	cost = PG_GETARG_INT64(3);
+	for (int i = 0; i < nl; i++)
+	{
+		args->lim = Min(args->lim, args->lims[i]);
+	}
+	/* cost is checked against the smallest limit: above it, never admitted */
+	limit_set_cost(cost, args);
 }
 
 Datum

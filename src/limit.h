@@ -15,6 +15,18 @@
 #define RL_MAX_LIMIT INT64CONST(2251799813685248)	/* 2^51 */
 #define RL_MAX_WINDOW_DAYS 3650
 
+typedef enum RlAlgorithm
+{
+	ALGO_SLIDING_LOG,
+	ALGO_SLIDING_COUNTER,
+	ALGO_FIXED_WINDOW,
+	ALGO_TOKEN_BUCKET,
+	ALGO_MULTI_LOG,				/* rl_attempt_multi: one log, several windows */
+	ALGO_COUNT
+} RlAlgorithm;
+
+#define RL_MAX_WINDOWS 8
+
 typedef struct RlArgs
 {
 	const char *key;			/* not NUL-terminated */
@@ -23,6 +35,11 @@ typedef struct RlArgs
 	int64		win_us;
 	int64		cost;
 	bool		force;			/* shadow mode: record even if over the limit */
+	RlAlgorithm algorithm;
+	/* ALGO_MULTI_LOG: the windows; lim is the smallest, win_us the longest */
+	int			nwin;
+	int64		lims[RL_MAX_WINDOWS];
+	int64		wins_us[RL_MAX_WINDOWS];
 } RlArgs;
 
 typedef struct RlOutcome
@@ -43,12 +60,18 @@ extern char *slidewin_test_now;
 /* Check arguments 0..2 (key, lim, win) and, if has_cost, argument 3 (cost). */
 extern void limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args);
 extern void limit_check_key(FunctionCallInfo fcinfo, int argno, RlArgs *args);
+/* rl_attempt_multi's arguments; lim is the smallest limit, win_us the longest window. */
+extern void limit_check_multi(FunctionCallInfo fcinfo, RlArgs *args);
 
 /* The same checks on plain values; argname names the argument in errors. */
 extern void limit_set_key(const char *key, int keylen, RlArgs *args);
 extern void limit_set_lim(int64 lim, const char *argname, RlArgs *args);
 extern void limit_set_win(const Interval *win, const char *argname, RlArgs *args);
 extern void limit_set_cost(int64 cost, RlArgs *args);
+
+/* The algorithm named `name` (NULL: sliding_log); 22023 listing the names. */
+extern RlAlgorithm limit_algorithm(const char *name);
+extern const char *limit_algorithm_name(RlAlgorithm a);
 extern Datum limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o);
 
 /* The test clock as Unix microseconds; false when slidewin.test_now is off. */

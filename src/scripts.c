@@ -162,6 +162,193 @@ static const char lua_log_peek[] = LUA_PRELUDE
 "if rem < 0 then rem = 0 end\n"
 "return {0, rem, freeing_time(key, r0, base, used + 1 - lim) + win - now, reset, used, -1}\n";
 
+/*
+ * The counting algorithms keep O(1) state per key in a hash (or a string),
+ * never a log. Each script serves attempt, forced attempt and peek:
+ * KEYS[1]; ARGV lim, win (us), cost, now (us, or ''), mode ('0' attempt,
+ * '1' record even if over the limit (shadow mode), 'p' peek: decide for the
+ * given cost, write nothing). Same reply as the log scripts; recorded is
+ * always -1 (these algorithms keep no entry a refund could remove).
+ */
+#define LUA_COUNTER_HEAD \
+"local key = KEYS[1]\n" \
+"local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n" \
+"local now = clock(ARGV[4])\n" \
+"local mode = ARGV[5]\n" \
+"local start = now - (now % win)\n"
+
+/* fixed_window: windows aligned to multiples of win since the Unix epoch. */
+static const char lua_fixed_window[] = LUA_PRELUDE LUA_COUNTER_HEAD
+"local reset = start + win\n"
+"local v = redis.call('HMGET', key, 's', 'n')\n"
+"local n = 0\n"
+"if v[1] and tonumber(v[1]) == start then n = tonumber(v[2]) end\n"
+"local ok = n + cost <= lim\n"
+"if mode == 'p' or (not ok and mode ~= '1') then\n"
+"  local rem = lim - n\n"
+"  if rem < 0 then rem = 0 end\n"
+"  local retry = 0\n"
+"  if not ok then retry = reset - now end\n"
+"  if n == 0 then reset = now end\n"
+"  return {ok and 1 or 0, rem, retry, reset, n, -1}\n"
+"end\n"
+"redis.call('HSET', key, 's', fmt(start), 'n', fmt(n + cost))\n"
+"redis.call('PEXPIRE', key, fmt(math.ceil((reset - now) / 1000) + 1))\n"
+"if ok then return {1, lim - n - cost, 0, reset, n + cost, -1} end\n"
+"return {0, 0, reset - now, reset, n + cost, -1}\n";
+
+/*
+ * sliding_counter: the current fixed bucket's count c plus the previous
+ * bucket's count p weighted by the share of the window that still overlaps
+ * it: estimate = p * (win - elapsed) / win + c.
+ */
+static const char lua_sliding_counter[] = LUA_PRELUDE LUA_COUNTER_HEAD
+"local v = redis.call('HMGET', key, 's', 'c', 'p')\n"
+"local s, c, p = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0\n"
+"if not s then c, p = 0, 0\n"
+"elseif s == start - win then p, c = c, 0\n"
+"elseif s < start - win then p, c = 0, 0\n"
+"elseif s > start then start = s end\n"
+"local e = now - start\n"
+"if e < 0 then e = 0 end\n"
+"local est = p * (win - e) / win + c\n"
+"local ok = est + cost <= lim\n"
+"local retry = 0\n"
+"if not ok then\n"
+"  if c + cost <= lim and p > 0 then\n"
+"    retry = math.ceil(win - (lim - c - cost) * win / p) - e\n"
+"  else\n"
+"    local cn = c\n"
+"    if mode == '1' then cn = c + cost end\n"
+"    local e2 = 0\n"
+"    if cn > 0 and cost < lim then e2 = math.ceil(win - (lim - cost) * win / cn) end\n"
+"    if cost >= lim then e2 = win end\n"
+"    retry = (win - e) + e2\n"
+"  end\n"
+"  if retry < 1 then retry = 1 end\n"
+"end\n"
+"local function answer(allowed, est_after, c_after)\n"
+"  local rem = math.floor(lim - est_after)\n"
+"  if rem < 0 or not allowed then rem = math.max(0, math.floor(lim - est_after)) end\n"
+"  local reset = now\n"
+"  if c_after > 0 then reset = start + 2 * win elseif p > 0 then reset = start + win end\n"
+"  return {allowed and 1 or 0, rem, retry, reset, math.ceil(est_after), -1}\n"
+"end\n"
+"if mode == 'p' or (not ok and mode ~= '1') then\n"
+"  if ok then return answer(true, est, c) end\n"
+"  return answer(false, est, c)\n"
+"end\n"
+"redis.call('HSET', key, 's', fmt(start), 'c', fmt(c + cost), 'p', fmt(p))\n"
+"redis.call('PEXPIRE', key, fmt(math.ceil((start + 2 * win - now) / 1000) + 1))\n"
+"if ok then return answer(true, est + cost, c + cost) end\n"
+"local r = answer(false, est + cost, c + cost)\n"
+"r[2] = 0\n"
+"return r\n";
+
+/*
+ * token_bucket, as GCRA: the key holds the theoretical arrival time (tat)
+ * in microseconds. Each unit moves it win / lim later; a call passes if
+ * the new tat is at most win ahead of now, so lim units can come in one
+ * burst and are then refilled evenly over win. The 1e-3 us slack absorbs
+ * the rounding of win / lim in doubles.
+ */
+static const char lua_token_bucket[] = LUA_PRELUDE
+"local key = KEYS[1]\n"
+"local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+"local now = clock(ARGV[4])\n"
+"local mode = ARGV[5]\n"
+"local t = win / lim\n"
+"local tat = tonumber(redis.call('GET', key) or '0')\n"
+"if tat < now then tat = now end\n"
+"local new = tat + cost * t\n"
+"local ok = new - now <= win + 1e-3\n"
+"local used = math.ceil((tat - now) / t - 1e-9)\n"
+"if mode == 'p' or (not ok and mode ~= '1') then\n"
+"  local rem = math.floor((win - (tat - now)) / t + 1e-9)\n"
+"  if rem < 0 then rem = 0 end\n"
+"  local retry = 0\n"
+"  if not ok then retry = math.max(1, math.ceil(new - win - now - 1e-3)) end\n"
+"  return {ok and 1 or 0, rem, retry, math.ceil(tat), used, -1}\n"
+"end\n"
+"redis.call('SET', key, string.format('%.17g', new), 'PX', fmt(math.ceil((new - now) / 1000) + 1))\n"
+"if ok then\n"
+"  local rem = math.floor((win - (new - now)) / t + 1e-9)\n"
+"  if rem < 0 then rem = 0 end\n"
+"  return {1, rem, 0, math.ceil(new), used + cost, -1}\n"
+"end\n"
+"return {0, 0, math.max(1, math.ceil(new - win - now - 1e-3)), math.ceil(new), used + cost, -1}\n";
+
+/*
+ * rl_attempt_multi: KEYS[1] log; ARGV n, lim1..limn, win1..winn (us), cost,
+ * now, mode ('0', '1' force, 'p' peek). The sliding log above, with one
+ * entry per admitted call, checked against every (lim, win): admitted only
+ * if every window admits it, and then recorded once, so in all of them.
+ * Entries are kept for the longest window. The reply describes the most
+ * constraining window: the smallest remaining, the largest retry_after.
+ */
+static const char lua_log_multi[] = LUA_PRELUDE
+"local key = KEYS[1]\n"
+"local n = tonumber(ARGV[1])\n"
+"local cost = tonumber(ARGV[2 + 2 * n])\n"
+"local now = clock(ARGV[3 + 2 * n])\n"
+"local mode = ARGV[4 + 2 * n]\n"
+"local maxwin = 0\n"
+"for i = 1, n do maxwin = math.max(maxwin, tonumber(ARGV[1 + n + i])) end\n"
+"local cutoff = now - maxwin\n"
+"local base, r0 = 0, 0\n"
+"local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)\n"
+"if old[1] then\n"
+"  base, r0 = tonumber(old[1]), 1\n"
+"  if old[2] ~= '-inf' and mode ~= 'p' then\n"
+"    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))\n"
+"    redis.call('ZADD', key, '-inf', old[1])\n"
+"  end\n"
+"end\n"
+"local total, last_ts = base, nil\n"
+"local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
+"if newest[1] and newest[2] ~= '-inf' then\n"
+"  total, last_ts = tonumber(newest[1]), tonumber(newest[2])\n"
+"end\n"
+"local ok, rem, retry, used = true, nil, 0, 0\n"
+"for i = 1, n do\n"
+"  local lim, win = tonumber(ARGV[1 + i]), tonumber(ARGV[1 + n + i])\n"
+"  local bi = base\n"
+"  local o = redis.call('ZREVRANGEBYSCORE', key, fmt(now - win), '-inf', 'LIMIT', 0, 1)\n"
+"  if o[1] then bi = tonumber(o[1]) end\n"
+"  local ui = total - bi\n"
+"  local ri = lim - ui - cost\n"
+"  if ri < 0 then\n"
+"    ok = false\n"
+"    local ri0 = redis.call('ZCOUNT', key, '-inf', fmt(now - win))\n"
+"    retry = math.max(retry, freeing_time(key, ri0, bi, ui + cost - lim) + win - now)\n"
+"  end\n"
+"  -- a peek reports the units left, not those left after a call\n"
+"  if ri < 0 or mode == 'p' then ri = math.max(lim - ui, 0) end\n"
+"  if rem == nil or ri < rem then rem, used = ri, ui end\n"
+"end\n"
+"if mode == 'p' or (not ok and mode ~= '1') then\n"
+"  local reset = now\n"
+"  if last_ts then reset = last_ts + maxwin end\n"
+"  return {ok and 1 or 0, rem, retry, reset, used, -1}\n"
+"end\n"
+"local ts = now\n"
+"if last_ts and ts <= last_ts then ts = last_ts + 1 end\n"
+"if total == base then\n"
+"  if base > 0 then redis.call('DEL', key) end\n"
+"  total = 0\n"
+"elseif total + cost > 4503599627370496 then\n"
+"  local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')\n"
+"  redis.call('DEL', key)\n"
+"  for i = 1, #all, 2 do\n"
+"    redis.call('ZADD', key, all[i + 1], fmt(tonumber(all[i]) - base))\n"
+"  end\n"
+"  total = total - base\n"
+"end\n"
+"redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n"
+"redis.call('PEXPIRE', key, fmt(math.ceil(maxwin / 1000) + 1))\n"
+"if ok then return {1, rem, 0, ts + maxwin, used + cost, ts} end\n"
+"return {0, 0, retry, ts + maxwin, used + cost, ts}\n";
+
 typedef struct Script
 {
 	const char *source;
@@ -172,6 +359,10 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_LOG_ATTEMPT] = {lua_log_attempt},
 	[SCRIPT_LOG_PEEK] = {lua_log_peek},
 	[SCRIPT_LOG_REFUND] = {lua_log_refund},
+	[SCRIPT_FIXED_WINDOW] = {lua_fixed_window},
+	[SCRIPT_SLIDING_COUNTER] = {lua_sliding_counter},
+	[SCRIPT_TOKEN_BUCKET] = {lua_token_bucket},
+	[SCRIPT_LOG_MULTI] = {lua_log_multi},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */
@@ -195,7 +386,7 @@ script_sha1(Script *s)
 	return s->sha1;
 }
 
-#define MAX_SCRIPT_ARGS 8
+#define MAX_SCRIPT_ARGS 24
 
 void
 script_run(ScriptId id, const char *key, size_t keylen,

@@ -37,6 +37,7 @@ PG_FUNCTION_INFO_V1(slidewin_reset);
 PG_FUNCTION_INFO_V1(slidewin_enforce_fn);
 PG_FUNCTION_INFO_V1(slidewin_wait);
 PG_FUNCTION_INFO_V1(slidewin_backend_stats);
+PG_FUNCTION_INFO_V1(slidewin_attempt_multi);
 
 void		_PG_init(void);
 
@@ -225,11 +226,15 @@ opt_refund(FunctionCallInfo fcinfo, int argno)
 	return PG_GETARG_BOOL(argno);
 }
 
-/* rl_attempt, rl_allow, rl_enforce: (key, lim, win, cost, on_redis_error, refund_on_abort) */
+/*
+ * rl_attempt, rl_allow, rl_enforce:
+ * (key, lim, win, cost, on_redis_error, refund_on_abort, algorithm)
+ */
 static void
 do_attempt(FunctionCallInfo fcinfo, RlArgs *args, RlOutcome *o)
 {
 	limit_check_args(fcinfo, true, args);
+	args->algorithm = limit_algorithm(opt_text(fcinfo, 6));
 	enforce_charge(args, policy_from_name(opt_text(fcinfo, 4), "on_redis_error"),
 				   opt_refund(fcinfo, 5), o);
 }
@@ -266,7 +271,7 @@ slidewin_enforce_fn(PG_FUNCTION_ARGS)
 	return limit_result_datum(fcinfo, &o);
 }
 
-/* rl_wait(key, lim, win, cost, timeout, on_redis_error, refund_on_abort) */
+/* rl_wait(key, lim, win, cost, timeout, on_redis_error, refund_on_abort, algorithm) */
 Datum
 slidewin_wait(PG_FUNCTION_ARGS)
 {
@@ -276,6 +281,7 @@ slidewin_wait(PG_FUNCTION_ARGS)
 	int64		timeout_us;
 
 	limit_check_args(fcinfo, true, &args);
+	args.algorithm = limit_algorithm(opt_text(fcinfo, 7));
 	if (PG_ARGISNULL(4))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -292,7 +298,7 @@ slidewin_wait(PG_FUNCTION_ARGS)
 	return limit_result_datum(fcinfo, &o);
 }
 
-/* rl_peek(key, lim, win, on_redis_error) */
+/* rl_peek(key, lim, win, on_redis_error, algorithm) */
 Datum
 slidewin_peek(PG_FUNCTION_ARGS)
 {
@@ -300,8 +306,22 @@ slidewin_peek(PG_FUNCTION_ARGS)
 	RlOutcome	o;
 
 	limit_check_args(fcinfo, false, &args);
+	args.algorithm = limit_algorithm(opt_text(fcinfo, 4));
 	policy_run(policy_from_name(opt_text(fcinfo, 3), "on_redis_error"), &args, &o,
 			   redis_store_peek, fallback_peek);
+	return limit_result_datum(fcinfo, &o);
+}
+
+/* rl_attempt_multi(key, lims, wins, cost, on_redis_error, refund_on_abort) */
+Datum
+slidewin_attempt_multi(PG_FUNCTION_ARGS)
+{
+	RlArgs		args;
+	RlOutcome	o;
+
+	limit_check_multi(fcinfo, &args);
+	enforce_charge(&args, policy_from_name(opt_text(fcinfo, 4), "on_redis_error"),
+				   opt_refund(fcinfo, 5), &o);
 	return limit_result_datum(fcinfo, &o);
 }
 

@@ -173,32 +173,125 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 	return true;
 }
 
+/* Redis key tags, one per algorithm: no algorithm reads another's data. */
+static const char *const algorithm_tags[ALGO_COUNT] = {
+	[ALGO_SLIDING_LOG] = "log",
+	[ALGO_SLIDING_COUNTER] = "sc",
+	[ALGO_FIXED_WINDOW] = "fw",
+	[ALGO_TOKEN_BUCKET] = "tb",
+	[ALGO_MULTI_LOG] = "mlog",
+};
+
+static const ScriptId counter_scripts[ALGO_COUNT] = {
+	[ALGO_SLIDING_COUNTER] = SCRIPT_SLIDING_COUNTER,
+	[ALGO_FIXED_WINDOW] = SCRIPT_FIXED_WINDOW,
+	[ALGO_TOKEN_BUCKET] = SCRIPT_TOKEN_BUCKET,
+};
+
+/* A counting algorithm: ARGV lim, win, cost, now, mode ('0', '1' or 'p'). */
+static bool
+run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
+{
+	StringInfoData key;
+	char		lim[24],
+				win[24],
+				cost[24],
+				now[24];
+	const char *argv[5];
+
+	build_key(&key, algorithm_tags[args->algorithm], args);
+	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
+	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
+	snprintf(cost, sizeof(cost), INT64_FORMAT, peek ? 1 : args->cost);
+	argv[0] = lim;
+	argv[1] = win;
+	argv[2] = cost;
+	argv[3] = clock_arg(now, sizeof(now));
+	argv[4] = peek ? "p" : args->force ? "1" : "0";
+	script_run(counter_scripts[args->algorithm], key.data, key.len, 5, argv, r);
+	pfree(key.data);
+	if (!settle(r))
+		return false;
+	read_outcome(r, o);
+	return true;
+}
+
+/*
+ * rl_attempt_multi: ARGV n, lim1..limn, win1..winn, cost, now, force, mode.
+ * One log serves every window; a call is recorded once, in all of them.
+ */
+static bool
+run_multi_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
+{
+	StringInfoData key;
+	char		bufs[2 * RL_MAX_WINDOWS + 2][24];
+	char		now[24];
+	const char *argv[2 * RL_MAX_WINDOWS + 5];
+	int			n = 0;
+
+	build_key(&key, algorithm_tags[ALGO_MULTI_LOG], args);
+	snprintf(bufs[0], 24, "%d", args->nwin);
+	argv[n++] = bufs[0];
+	for (int i = 0; i < args->nwin; i++)
+	{
+		snprintf(bufs[1 + i], 24, INT64_FORMAT, args->lims[i]);
+		argv[n++] = bufs[1 + i];
+	}
+	for (int i = 0; i < args->nwin; i++)
+	{
+		snprintf(bufs[1 + args->nwin + i], 24, INT64_FORMAT, args->wins_us[i]);
+		argv[n++] = bufs[1 + args->nwin + i];
+	}
+	snprintf(bufs[1 + 2 * args->nwin], 24, INT64_FORMAT, peek ? 1 : args->cost);
+	argv[n++] = bufs[1 + 2 * args->nwin];
+	argv[n++] = clock_arg(now, sizeof(now));
+	argv[n++] = peek ? "p" : args->force ? "1" : "0";
+	script_run(SCRIPT_LOG_MULTI, key.data, key.len, n, argv, r);
+	pfree(key.data);
+	if (!settle(r))
+		return false;
+	read_outcome(r, o);
+	return true;
+}
+
 bool
 redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *r)
 {
-	return run_log_script(SCRIPT_LOG_ATTEMPT, args, true, o, r);
+	if (args->algorithm == ALGO_SLIDING_LOG)
+		return run_log_script(SCRIPT_LOG_ATTEMPT, args, true, o, r);
+	if (args->algorithm == ALGO_MULTI_LOG)
+		return run_multi_script(args, false, o, r);
+	return run_counter_script(args, false, o, r);
 }
 
 bool
 redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *r)
 {
-	return run_log_script(SCRIPT_LOG_PEEK, args, false, o, r);
+	if (args->algorithm == ALGO_SLIDING_LOG)
+		return run_log_script(SCRIPT_LOG_PEEK, args, false, o, r);
+	if (args->algorithm == ALGO_MULTI_LOG)
+		return run_multi_script(args, true, o, r);
+	return run_counter_script(args, true, o, r);
 }
 
 bool
 redis_store_reset(const RlArgs *args, RedisResult *r)
 {
-	StringInfoData key;
-	const char *argv[2];
-	size_t		lens[2];
+	StringInfoData keys[ALGO_COUNT];
+	const char *argv[ALGO_COUNT + 1];
+	size_t		lens[ALGO_COUNT + 1];
 
-	build_key(&key, "log", args);
 	argv[0] = "DEL";
 	lens[0] = 3;
-	argv[1] = key.data;
-	lens[1] = key.len;
-	redis_exec(2, argv, lens, r);
-	pfree(key.data);
+	for (int i = 0; i < ALGO_COUNT; i++)
+	{
+		build_key(&keys[i], algorithm_tags[i], args);
+		argv[1 + i] = keys[i].data;
+		lens[1 + i] = keys[i].len;
+	}
+	redis_exec(ALGO_COUNT + 1, argv, lens, r);
+	for (int i = 0; i < ALGO_COUNT; i++)
+		pfree(keys[i].data);
 	if (!settle(r))
 		return false;
 	freeReplyObject(r->reply);
@@ -251,7 +344,7 @@ redis_store_log_key(const RlArgs *args, int *len)
 {
 	StringInfoData key;
 
-	build_key(&key, "log", args);
+	build_key(&key, algorithm_tags[args->algorithm], args);
 	*len = key.len;
 	return key.data;
 }

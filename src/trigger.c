@@ -9,7 +9,8 @@
  * The key is the table's qualified name, a colon, and the tenant column's
  * value, so that a table's quota cannot be drawn from by another table or by
  * a key a caller makes up. cost is a constant or the name of an integer
- * column. Options: refund_on_abort[=on|off], on_redis_error=<policy>.
+ * column. Options: refund_on_abort[=on|off], on_redis_error=<policy>,
+ * algorithm=<name>.
  *
  * Row level: one charge per row (the new row for INSERT and UPDATE, the old
  * one for DELETE). Statement level, with a transition table: one charge per
@@ -105,11 +106,13 @@ parse_options(TrigConf *c, int nargs, char **args)
 			c->refund = false;
 		else if (strncmp(opt, "on_redis_error=", 15) == 0)
 			c->policy = policy_from_name(opt + 15, "on_redis_error");
+		else if (strncmp(opt, "algorithm=", 10) == 0)
+			c->limits.algorithm = limit_algorithm(opt + 10);
 		else
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("trigger \"%s\": unknown option \"%s\"", c->trigname, opt),
-					 errhint("Options are refund_on_abort[=on|off] and on_redis_error=fallback|allow|deny|error.")));
+					 errhint("Options are refund_on_abort[=on|off], on_redis_error=fallback|allow|deny|error and algorithm=sliding_log|sliding_counter|fixed_window|token_bucket.")));
 	}
 }
 
