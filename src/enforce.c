@@ -114,7 +114,7 @@ log_denial(const RlArgs *args, const RlOutcome *o, bool shadow)
 }
 
 static void
-charge(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
+charge_call(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
 {
 	RlArgs		a = *args;
 
@@ -138,7 +138,7 @@ charge(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
 void
 enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
 {
-	charge(args, policy, refund, true, o);
+	charge_call(args, policy, refund, true, o);
 }
 
 void
@@ -226,7 +226,7 @@ enforce_wait(const RlArgs *args, int policy, bool refund,
 		int64		sleep_us;
 		long		sleep_ms;
 
-		charge(args, policy, refund, first, o);
+		charge_call(args, policy, refund, first, o);
 		if (o->allowed)
 			return;
 		now = GetCurrentTimestamp();
