@@ -46,27 +46,96 @@ SELECT tenant, count(*) AS reports FROM demo_reports GROUP BY tenant ORDER BY te
 
 \echo
 \echo '== 4. A procedure stops its ingestion loop cleanly when the budget is spent'
+\echo '(12 units per hour, 5 per region; rl_enforce raises RL429 when the budget is spent)'
 CREATE TABLE demo_ingested (region int);
 CREATE PROCEDURE demo_ingest(budget_key text) LANGUAGE plpgsql AS $$
 DECLARE
-    r rl_result;
+    done int := 0;
+    hint text;
 BEGIN
     FOR region IN 1..20 LOOP
-        r := rl_attempt(budget_key, 12, '1 hour', 5);
-        IF NOT r.allowed THEN
-            RAISE NOTICE 'budget spent after % regions; retry in %', region - 1, r.retry_after;
-            EXIT;
-        END IF;
+        BEGIN
+            PERFORM rl_enforce(budget_key, 12, '1 hour', 5);
+        EXCEPTION WHEN SQLSTATE 'RL429' THEN
+            GET STACKED DIAGNOSTICS hint = PG_EXCEPTION_HINT;
+            RAISE NOTICE 'budget spent: % of 20 regions ingested, stopping. %', done, hint;
+            RETURN;
+        END;
         INSERT INTO demo_ingested VALUES (region);
-        COMMIT;
+        COMMIT;                 -- each region is kept, whatever happens next
+        done := done + 1;
     END LOOP;
+    RAISE NOTICE 'all 20 regions ingested';
 END $$;
 SET client_min_messages = notice;
 CALL demo_ingest('demo:upstream:geo');
 SELECT count(*) AS regions_ingested FROM demo_ingested;
 
 \echo
-\echo '== 5. Redis goes away: the fallback store in PostgreSQL takes over, per the call site policy'
+\echo '== 5. A statement-level quota trigger: 100 export rows per tenant per hour, all or nothing'
+CREATE TABLE demo_exports (tenant text NOT NULL, item int NOT NULL);
+CREATE TRIGGER exports_quota AFTER INSERT ON demo_exports
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION rl_trigger('tenant', '100', '1 hour');
+\echo 'A bulk insert for three tenants: one charge per tenant, of its number of rows.'
+INSERT INTO demo_exports
+SELECT tenant, item
+FROM (VALUES ('acme', 40), ('globex', 30), ('initech', 20)) AS t(tenant, n),
+     generate_series(1, n) AS item;
+SELECT tenant, (rl_peek('public.demo_exports:' || tenant, 100, '1 hour')).remaining
+FROM (VALUES ('acme'), ('globex'), ('initech')) AS t(tenant);
+\echo 'The next bulk insert needs 50 + 80 + 10 rows; globex has room for 70 only.'
+\echo 'The whole statement is rejected, and what it had charged to acme is given back:'
+\set ON_ERROR_STOP off
+INSERT INTO demo_exports
+SELECT tenant, item
+FROM (VALUES ('acme', 50), ('globex', 80), ('initech', 10)) AS t(tenant, n),
+     generate_series(1, n) AS item;
+\set ON_ERROR_STOP on
+SELECT tenant, count(*) AS rows_stored,
+       (rl_peek('public.demo_exports:' || tenant, 100, '1 hour')).remaining
+FROM demo_exports GROUP BY tenant ORDER BY tenant;
+
+\echo
+\echo '== 6. Refund on rollback: by default units are spent at once; refund_on_abort gives them back'
+BEGIN;
+SELECT 'spent at once' AS call, allowed, remaining
+FROM rl_attempt('demo:render:globex', 10, '1 hour', 3);
+SELECT 'refund_on_abort' AS call, allowed, remaining
+FROM rl_attempt('demo:render:globex', 10, '1 hour', 4, refund_on_abort => true);
+ROLLBACK;
+\echo 'After ROLLBACK only the 4 refundable units are back:'
+SELECT remaining FROM rl_peek('demo:render:globex', 10, '1 hour');
+\echo 'This backend has given back two admissions: that one, and acme''s charge in section 5.'
+SELECT * FROM rl_backend_stats();
+
+\echo
+\echo '== 7. Denials as errors: rl_enforce raises RL429, or the JSON PostgREST turns into HTTP 429'
+SELECT allowed, remaining FROM rl_enforce('demo:api:erin', 1, '1 minute');
+\set ON_ERROR_STOP off
+SELECT allowed, remaining FROM rl_enforce('demo:api:erin', 1, '1 minute');
+\set ON_ERROR_STOP on
+\echo 'With slidewin.error_style = postgrest (any role may set it):'
+SET slidewin.error_style = postgrest;
+DO $$
+DECLARE
+    state text;
+    msg text;
+    detail text;
+BEGIN
+    PERFORM rl_enforce('demo:api:erin', 1, '1 minute');
+    RAISE EXCEPTION 'the call was admitted, but a denial was expected';
+EXCEPTION WHEN SQLSTATE 'PGRST' THEN
+    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
+                            detail = PG_EXCEPTION_DETAIL;
+    RAISE NOTICE 'SQLSTATE: %', state;
+    RAISE NOTICE 'message, the response body: %', msg;
+    RAISE NOTICE 'detail, the status and headers: %', detail;
+END $$;
+RESET slidewin.error_style;
+
+\echo
+\echo '== 8. Redis goes away: the fallback store in PostgreSQL takes over, per the call site policy'
 \echo '(simulated by pointing this session at a closed port; only a superuser can do that)'
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 SET slidewin.redis_retry_interval = 0;
