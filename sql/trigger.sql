@@ -75,6 +75,25 @@ SELECT rl_reset('public.events:' || k) FROM unnest(ARRAY['a', 'b', 'c']) AS k;
 RESET slidewin.redis_url;
 SET slidewin.key_prefix = 'regress:trg:';
 
+-- A statement-level cost column: every row pays at least 1, so a negative
+-- cost cannot offset the others; the PostgREST style applies here too.
+SELECT rl_reset('public.costed:' || k) FROM unnest(ARRAY['a', 'b']) AS k;
+CREATE TABLE costed (tenant text, units int);
+CREATE TRIGGER costed_quota AFTER INSERT ON costed
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION rl_trigger('tenant', '10', '1 hour', 'units');
+INSERT INTO costed VALUES ('a', 4), ('a', 5);
+SELECT remaining FROM rl_peek('public.costed:a', 10, '1 hour');
+INSERT INTO costed VALUES ('a', 1000), ('a', -995);
+\echo :LAST_ERROR_SQLSTATE
+SET slidewin.error_style = postgrest;
+INSERT INTO costed VALUES ('b', 6), ('b', 5);
+\echo :LAST_ERROR_SQLSTATE
+RESET slidewin.error_style;
+SELECT count(*) FROM costed;
+DROP TABLE costed;
+SELECT rl_reset('public.costed:' || k) FROM unnest(ARRAY['a', 'b']) AS k;
+
 -- Shadow mode: nothing is rejected, every row is recorded.
 SET slidewin.enforce = off;
 INSERT INTO jobs VALUES (30, 7, 'a'), (31, 7, 'b'), (32, 7, 'c'), (33, 7, 'd');

@@ -144,13 +144,23 @@ enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
 void
 enforce_raise_denied(const RlArgs *args, const RlOutcome *o)
 {
+	enforce_raise_denied_detail(args, o, NULL, NULL);
+}
+
+void
+enforce_raise_denied_detail(const RlArgs *args, const RlOutcome *o,
+							const char *detail_text, const char *hint_text)
+{
 	char	   *key = key_text(args);
 	int64		secs = retry_seconds(o);
 	char	   *message = psprintf("rate limit exceeded for key \"%s\"", key);
 	char	   *detail;
-	char	   *hint = psprintf("Retry after " INT64_FORMAT " seconds.", secs);
+	char	   *hint = hint_text ? pstrdup(hint_text) :
+		psprintf("Retry after " INT64_FORMAT " seconds.", secs);
 
-	if (o->known)
+	if (detail_text)
+		detail = pstrdup(detail_text);
+	else if (o->known)
 		detail = psprintf("Used " INT64_FORMAT " of " INT64_FORMAT " units in the last %s; this call needs " INT64_FORMAT ".",
 						  o->used, args->lim, window_text(args->win_us), args->cost);
 	else

@@ -32,6 +32,9 @@ extern void enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcom
 
 /* Raise SQLSTATE RL429 (or PGRST, under error_style postgrest). */
 extern void enforce_raise_denied(const RlArgs *args, const RlOutcome *o) pg_attribute_noreturn();
+/* The same, with the detail and hint given (NULL: the usual ones). */
+extern void enforce_raise_denied_detail(const RlArgs *args, const RlOutcome *o,
+										const char *detail, const char *hint) pg_attribute_noreturn();
 
 /* Charge, sleeping on the latch until admitted or timeout_us has passed. */
 extern void enforce_wait(const RlArgs *args, int policy, bool refund,

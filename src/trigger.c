@@ -7,8 +7,9 @@
  *       rl_trigger(tenant_column, lim, win [, cost [, option ...]])
  *
  * The key is the table's qualified name, a colon, and the tenant column's
- * value, so that a table's quota cannot be drawn from by another table or by
- * a key a caller makes up. cost is a constant or the name of an integer
+ * value: the rows decide whose quota they draw from, not the writer. (Any
+ * role that may call rl_attempt can still name the same key; revoke the
+ * rl_* functions from PUBLIC where that matters.) cost is a constant or the name of an integer
  * column. Options: refund_on_abort[=on|off], on_redis_error=<policy>,
  * algorithm=<name>.
  *
@@ -231,10 +232,11 @@ statement_tenants(TriggerData *td, const TrigConf *c, const char *table, int *n)
 	initStringInfo(&q);
 	appendStringInfo(&q, "SELECT %s::text, ", quote_identifier(c->tenant_col));
 	if (c->cost_col)
-		appendStringInfo(&q, "sum(%s)::bigint, count(*) FILTER (WHERE %s IS NULL)",
-						 quote_identifier(c->cost_col), quote_identifier(c->cost_col));
+		appendStringInfo(&q, "sum(%s)::bigint, count(*) FILTER (WHERE %s IS NULL), min(%s)",
+						 quote_identifier(c->cost_col), quote_identifier(c->cost_col),
+						 quote_identifier(c->cost_col));
 	else
-		appendStringInfoString(&q, "count(*), 0::bigint");
+		appendStringInfoString(&q, "count(*), 0::bigint, 1");
 	appendStringInfo(&q, " FROM %s GROUP BY 1 ORDER BY 1", quote_identifier(table));
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -260,6 +262,13 @@ statement_tenants(TriggerData *td, const TrigConf *c, const char *table, int *n)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("trigger \"%s\": cost column \"%s\" is null", c->trigname, c->cost_col)));
+		/* Every row pays at least 1: a negative cost must not offset others. */
+		if (c->cost_col && SPI_getvalue(row, desc, 4) != NULL &&
+			strtoi64(SPI_getvalue(row, desc, 4), NULL, 10) < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("trigger \"%s\": cost column \"%s\" must be at least 1 in every row",
+							c->trigname, c->cost_col)));
 		out[i].tenant = SPI_palloc(strlen(tenant) + 1);
 		strcpy(out[i].tenant, tenant);
 		out[i].cost = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
@@ -307,12 +316,10 @@ fire_statement(TriggerData *td, const TrigConf *c)
 				continue;
 			}
 			refund_since(mark);
-			ereport(ERROR,
-					(errcode(MAKE_SQLSTATE('R', 'L', '4', '2', '9')),
-					 errmsg("rate limit exceeded for key \"%s\"", a.key),
-					 errdetail("The statement needs " INT64_FORMAT " units, more than the limit " INT64_FORMAT ".",
-							   a.cost, a.lim),
-					 errhint("Split the statement into smaller ones.")));
+			enforce_raise_denied_detail(&a, &o,
+										psprintf("The statement needs " INT64_FORMAT " units, more than the limit " INT64_FORMAT ".",
+												 a.cost, a.lim),
+										"Split the statement into smaller ones.");
 		}
 		/* Remember every admission, so that a later denial can undo it. */
 		enforce_charge(&a, c->policy, true, &o);
