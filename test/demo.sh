@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: start a throwaway Redis and PostgreSQL on loopback, run the
-# scenario in demo.sql against them, and stop both again.
+# scenario in demo.sql and the boundary experiment in demo_boundary.sql
+# against them, and stop both again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -22,3 +23,4 @@ start_pg "$pg_port" "$work/pg" "$redis_port" >/dev/null
 
 echo "slidewin demo: PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis_port"
 "$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo.sql"
+"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo_boundary.sql"
