@@ -9,7 +9,8 @@
 #   TAP         test/t/*.pl, run by prove; each script starts its own
 #               servers through test/perl/SlidewinTest.pm
 #
-# Every regression test, isolation spec and TAP file counts as one test.  A
+# Every regression test, isolation spec and TAP file counts as one test, and so
+# does the benchmark smoke run (test/bench/run.sh --smoke).  A
 # test passes only when its runner says so; one that did not run is a
 # failure, and so is a harness step that could not run (a server that does
 # not start).  The last line of output is always `N passed, M failed`; the
@@ -327,6 +328,19 @@ run_tap_suite() {
 }
 
 run_tap_suite "${tap_tests[@]}"
+
+# ---- benchmark smoke ------------------------------------------------------------
+# `make bench` is not part of the tests, but a short run of every workload is,
+# so that the benchmark cannot rot. It checks that each workload runs, not the
+# performance targets.
+banner "bench smoke (test/bench/run.sh --smoke)"
+if timeout -k 15 300 bash "$repo/test/bench/run.sh" --smoke >"$work/bench_smoke.out" 2>&1; then
+	tail -n 3 "$work/bench_smoke.out"
+	pass
+else
+	tail -n 40 "$work/bench_smoke.out"
+	fail "bench smoke"
+fi
 
 finished=1
 exit 0

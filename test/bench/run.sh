@@ -1,0 +1,836 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2016 # backticks in single quotes are markdown, not commands
+# The slidewin benchmark (`make bench`).
+#
+#   bash test/bench/run.sh           full run: 3 to 4 minutes on 2 cores; prints
+#                                    one markdown table and writes it to
+#                                    test/bench/RESULTS.md
+#   bash test/bench/run.sh --smoke   every workload for a few dozen transactions
+#                                    (about 10 s), so that `make test` notices when
+#                                    the benchmark itself breaks.  Prints the table
+#                                    (never writes RESULTS.md) and does not judge
+#                                    the targets; exits non-zero if any workload
+#                                    failed.
+#
+# Knobs (environment):
+#   BENCH_SECONDS   seconds of measurement per workload and client count in a
+#                   full run (default 3).  Workloads run against Redis are
+#                   measured in BENCH_SECONDS slices of 1 s, taken round-robin
+#                   with the other workloads, so that a disturbance (another
+#                   process, a stall) spreads over all of them instead of
+#                   spoiling one; the Redis-down workloads run in slices of 2 s,
+#                   so that the circuit breaker's retries happen inside them.
+#   BENCH_SMOKE_TXNS transactions per client per workload with --smoke (default 50)
+#   BENCH_OUT       also copy the table to this file (any mode)
+#   BENCH_KEEP=1    keep the work directory (server logs, pgbench logs)
+#
+# Everything runs on loopback against a Redis and a PostgreSQL cluster that
+# this script starts in a temporary directory and stops on exit.  Every figure
+# in the table is measured in the same run.  The PL/pgSQL baseline is read
+# from ../shared/bench/plpgsql_baseline.sql relative to the repository root.
+set -euo pipefail
+
+SECONDS=0
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$repo/test/lib.sh"
+
+usage() {
+	sed -n '/^# The slidewin benchmark/,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+}
+
+smoke=0
+while (($# > 0)); do
+	case $1 in
+	--smoke) smoke=1 ;;
+	-h | --help)
+		usage
+		exit 0
+		;;
+	*)
+		echo "run.sh: unknown argument: $1" >&2
+		usage >&2
+		exit 2
+		;;
+	esac
+	shift
+done
+
+bench_seconds=${BENCH_SECONDS:-3}
+smoke_txns=${BENCH_SMOKE_TXNS:-50}
+if ! [[ $bench_seconds =~ ^[1-9][0-9]*$ && $smoke_txns =~ ^[1-9][0-9]*$ ]]; then
+	echo "run.sh: BENCH_SECONDS and BENCH_SMOKE_TXNS must be positive integers" >&2
+	exit 2
+fi
+
+clients=(1 8)
+ncpu=$(nproc 2>/dev/null || echo 1)
+many_keys=100000 # key space of the many-keys workloads
+
+if ((smoke)); then
+	mode=smoke
+	rounds=1
+	slice_b=1
+	rounds_b=1
+	n_big=2000         # the "100k entries" hot key
+	n_mid=500          # the "10k entries" hot key
+	mem_stmts=100      # memory test: statements of 100 calls each
+	rb_requests=500    # redis-benchmark requests per client count
+else
+	mode=full
+	rounds=$bench_seconds
+	# Redis down: slices of 2 s, so that with the default retry interval each
+	# backend (new connections in every slice) tries Redis again inside a slice.
+	slice_b=$((bench_seconds >= 2 ? 2 : 1))
+	rounds_b=$(((bench_seconds + slice_b - 1) / slice_b))
+	n_big=100000
+	n_mid=10000
+	mem_stmts=10000
+	rb_requests=
+fi
+mem_calls=$((mem_stmts * 100))
+
+PGBENCH=$PG_BINDIR/pgbench
+PSQL=$PG_BINDIR/psql
+
+die() {
+	echo "run.sh: $*" >&2
+	exit 1
+}
+progress() {
+	printf '[%4ds] %s\n' "$SECONDS" "$*" >&2
+}
+
+for tool in "$PGBENCH" "$PSQL" "$PG_BINDIR/initdb"; do
+	[[ -x $tool ]] || die "missing $tool (PostgreSQL 15 server and client packages; run test/deps.sh)"
+done
+for tool in redis-server redis-cli redis-benchmark perl sort awk; do
+	command -v "$tool" >/dev/null 2>&1 || die "missing $tool (run test/deps.sh)"
+done
+perl -MDigest::SHA -e 1 2>/dev/null || die "perl's Digest::SHA is missing"
+
+# ---- servers ------------------------------------------------------------------
+
+work=$(mktemp -d -t slidewin-bench.XXXXXX)
+chmod 755 "$work"
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	{
+		stop_pg "$work/pg"
+		stop_redis "$work/redis"
+		reap_under "$work"
+	} >/dev/null 2>&1 || true
+	if [[ ${BENCH_KEEP:-} == 1 ]]; then
+		echo "work directory kept: $work" >&2
+	else
+		rm -rf "$work"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+as_pg_user test -x "$work" || die "user $SLIDEWIN_PG_USER cannot enter $work; set TMPDIR to a directory it can"
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+# How busy the CPUs were in the second before the run (other processes):
+# prints "BUSY STEAL" in percent of all CPUs, or nothing.
+cpu_busy() {
+	local a b
+	a=$(head -n 1 /proc/stat 2>/dev/null) || return 0
+	sleep 1
+	b=$(head -n 1 /proc/stat 2>/dev/null) || return 0
+	awk -v a="$a" -v b="$b" 'BEGIN {
+		n = split(a, x); split(b, y)
+		for (i = 2; i <= n && i <= 9; i++) { d[i] = y[i] - x[i]; t += d[i] }
+		if (t > 0) printf "%.0f %.0f\n", 100 * (t - d[5] - d[6]) / t, 100 * d[9] / t
+	}'
+}
+read -r busy_before steal_before < <(cpu_busy) || true
+so_file=$("$PG_CONFIG" --pkglibdir 2>/dev/null)/slidewin.so
+so_mtime0=$(stat -c %Y "$so_file" 2>/dev/null || true)
+# so_changed: has slidewin.so been reinstalled since the run started?
+so_changed() {
+	[[ -n $so_mtime0 && $(stat -c %Y "$so_file" 2>/dev/null || true) != "$so_mtime0" ]]
+}
+
+redis_port=$(free_port)
+start_redis "$redis_port" "$work/redis" >/dev/null || die "could not start Redis"
+pg_port=$(free_port)
+start_pg "$pg_port" "$work/pg" "$redis_port" >/dev/null || die "could not start PostgreSQL"
+progress "$mode run: PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis_port"
+
+sql() {
+	"$PSQL" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres "$@"
+}
+rcli() {
+	redis-cli -h 127.0.0.1 -p "$redis_port" "$@"
+}
+
+sql -c "CREATE EXTENSION slidewin" >/dev/null
+probe=$(sql -c "SELECT store FROM rl_attempt('bench:probe', 10, '1 minute')")
+[[ $probe == redis ]] || die "a first rl_attempt was answered by '$probe', not by Redis"
+mapfile -t info < <(sql -c "LOAD 'slidewin'" \
+	-c "SHOW slidewin.key_prefix" \
+	-c "SELECT count(*) FROM pg_settings WHERE name = 'slidewin.deny_cache'" \
+	-c "SELECT count(*) FROM pg_proc WHERE proname = 'rl_attempt' AND 'algorithm' = ANY (proargnames)" \
+	-c "SELECT extversion FROM pg_extension WHERE extname = 'slidewin'" \
+	-c "SELECT current_setting('server_version')")
+kp=${info[0]}
+has_deny_cache=${info[1]}
+has_algorithm=${info[2]}
+ext_version=${info[3]}
+pg_version=${info[4]}
+redis_version=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')
+rkey() { printf '%slog:%s' "$kp" "$1"; } # Redis key of a slidewin key
+
+# ---- the sliding-log script, for redis-benchmark --------------------------------
+
+# Read the attempt script out of src/scripts.c and check that it is exactly
+# what the installed slidewin sent: the probe above made Redis cache it.
+evalsha_problem=
+lua=$work/log_attempt.lua
+sha=
+if perl "$here/lua_source.pl" "$repo/src/scripts.c" lua_log_attempt >"$lua" 2>"$work/lua_source.err"; then
+	sha=$(perl -MDigest::SHA=sha1_hex -e 'binmode STDIN; local $/; print sha1_hex(<STDIN>)' <"$lua")
+	if [[ $(rcli SCRIPT EXISTS "$sha") != 1 ]]; then
+		evalsha_problem="the script read from src/scripts.c (sha1 $sha) is not the one the installed slidewin sent; rebuild and install (make install)"
+	fi
+else
+	evalsha_problem="could not read lua_log_attempt from src/scripts.c: $(head -n 1 "$work/lua_source.err")"
+fi
+
+# ---- workloads --------------------------------------------------------------------
+
+rows=()
+declare -A R_label=() R_kind=() R_phase=() R_script=() R_opts=() R_na=() R_err0=()
+declare -A R_redis=() R_zkey=() R_zstart=() R_prep=()
+
+mkdir -p "$work/scripts" "$work/runs"
+
+# add_row ID PHASE KIND LABEL [SQL]: KIND is pgbench, evalsha or na.
+add_row() {
+	local id=$1
+	rows+=("$id")
+	R_phase[$id]=$2
+	R_kind[$id]=$3
+	R_label[$id]=$4
+	if [[ $3 == pgbench ]]; then
+		[[ $5 == *SELECT* ]] || die "internal: workload $id has no SQL"
+		R_script[$id]=$work/scripts/$id.sql
+		{
+			echo "\\set k random(1, $many_keys)"
+			echo "$5"
+		} >"${R_script[$id]}"
+	fi
+}
+
+# kfmt N: 100000 -> 100k
+kfmt() {
+	if (($1 >= 1000 && $1 % 1000 == 0)); then echo "$(($1 / 1000))k"; else echo "$1"; fi
+}
+
+many_sql() { # many_sql PREFIX [EXTRA ARGS]
+	echo "SELECT * FROM rl_attempt('$1' || :k, 1000000, '1 minute'${2:-});"
+}
+
+add_row s1 A pgbench '`SELECT 1`' 'SELECT 1;'
+add_row evalsha A evalsha "redis-benchmark \`EVALSHA\` of slidewin's sliding-log script, $(kfmt $many_keys) keys"
+if [[ -n $evalsha_problem ]]; then R_err0[evalsha]=$evalsha_problem; fi
+add_row many A pgbench "\`rl_attempt\`, $(kfmt $many_keys) keys, Redis store (cost = 1)" "$(many_sql k)"
+add_row hot0 A pgbench '`rl_attempt`, one hot key, window emptied before each slice' \
+	"SELECT * FROM rl_attempt('hot0', 1000000000, '1 hour');"
+add_row hot1us A pgbench '`rl_attempt`, one hot key, 1 µs window (empty at every call)' \
+	"SELECT * FROM rl_attempt('hot1us', 1000000000, '1 microsecond');"
+add_row hotmid A pgbench "\`rl_attempt\`, one hot key, window holds $(kfmt $n_mid) entries" \
+	"SELECT * FROM rl_attempt('hotmid', 1000000000, '1 hour');"
+add_row hotbig A pgbench "\`rl_attempt\`, one hot key, window holds $(kfmt $n_big) entries" \
+	"SELECT * FROM rl_attempt('hotbig', 1000000000, '1 hour');"
+add_row cost1000 A pgbench "\`rl_attempt\`, $(kfmt $many_keys) keys, cost = 1000" \
+	"SELECT * FROM rl_attempt('c' || :k, 1000000, '1 minute', 1000);"
+if ((has_deny_cache)); then
+	add_row deny A pgbench '`rl_attempt`, exhausted key (denial path), deny_cache on' \
+		"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
+	add_row deny_off A pgbench '`rl_attempt`, exhausted key (denial path), deny_cache off' \
+		"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
+	R_opts[deny]="-c slidewin.deny_cache=on"
+	R_opts[deny_off]="-c slidewin.deny_cache=off"
+else
+	add_row deny A pgbench '`rl_attempt`, exhausted key (denial path)' \
+		"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
+fi
+for algo in sliding_counter token_bucket; do
+	id=algo_$algo
+	if ((has_algorithm)); then
+		add_row "$id" A pgbench "\`rl_attempt\`, algorithm \`$algo\`, $(kfmt $many_keys) keys" \
+			"$(many_sql "${algo:0:2}" ", algorithm => '$algo'")"
+	else
+		add_row "$id" A na "\`rl_attempt\`, algorithm \`$algo\`, $(kfmt $many_keys) keys"
+		R_na[$id]="n/a (not implemented yet)"
+	fi
+done
+add_row pl_many A pgbench "PL/pgSQL baseline, $(kfmt $many_keys) keys" \
+	"SELECT plbase.attempt('p' || :k, 1000000, '1 minute');"
+add_row pl_hot A pgbench 'PL/pgSQL baseline, one hot key' \
+	"SELECT plbase.attempt('phot', 1000000000, '1 second');"
+add_row fb_many B pgbench "Redis stopped, pure fallback, $(kfmt $many_keys) keys" "$(many_sql f)"
+add_row brk_many B pgbench "Redis stopped, breaker default (1000 ms), $(kfmt $many_keys) keys" "$(many_sql b)"
+add_row fb_hot B pgbench 'Redis stopped, pure fallback, one hot key' \
+	"SELECT * FROM rl_attempt('fhot', 1000000000, '1 second');"
+add_row brk_hot B pgbench 'Redis stopped, breaker default (1000 ms), one hot key' \
+	"SELECT * FROM rl_attempt('bhot', 1000000000, '1 second');"
+
+for id in fb_many fb_hot; do
+	R_opts[$id]="-c slidewin.on_redis_error=fallback -c slidewin.redis_retry_interval=3600000"
+done
+for id in brk_many brk_hot; do
+	R_opts[$id]="-c slidewin.on_redis_error=fallback -c slidewin.redis_retry_interval=1000"
+done
+for id in many hot0 hot1us hotmid hotbig cost1000 deny deny_off algo_sliding_counter algo_token_bucket; do
+	if [[ -n ${R_kind[$id]:-} ]]; then R_redis[$id]=1; fi
+done
+R_zkey[hot0]=hot0 R_zstart[hot0]=0 R_prep[hot0]=empty
+R_zkey[hotmid]=hotmid R_zstart[hotmid]=$n_mid R_prep[hotmid]=tplmid
+R_zkey[hotbig]=hotbig R_zstart[hotbig]=$n_big R_prep[hotbig]=tplbig
+
+baseline=$repo/../shared/bench/plpgsql_baseline.sql
+if [[ -f $baseline ]]; then
+	if ! sql -f "$baseline" >"$work/baseline.log" 2>&1; then
+		R_err0[pl_many]="loading the baseline failed: $(grep -m1 ERROR "$work/baseline.log" || true)"
+		R_err0[pl_hot]=${R_err0[pl_many]}
+	fi
+else
+	echo "run.sh: PL/pgSQL baseline not found: ../shared/bench/plpgsql_baseline.sql (relative to the repository root); its rows are n/a" >&2
+	R_na[pl_many]="n/a (baseline file not found)"
+	R_na[pl_hot]=${R_na[pl_many]}
+fi
+
+# ---- prefill ----------------------------------------------------------------------
+
+events=() # things that happened during the run and bear on the figures
+event() {
+	events+=("$*")
+	progress "note: $*"
+}
+
+# fill KEY N LIM WIN: admit calls until KEY's Redis log holds N entries.  A
+# call that Redis does not answer in time goes to the fallback store; those
+# are topped up.
+fill() {
+	local key=$1 n=$2 lim=$3 win=$4 have need fb try
+	for ((try = 0; try < 5; try++)); do
+		have=$(rcli ZCARD "$(rkey "$key")")
+		need=$((n - have))
+		((need > 0)) || return 0
+		fb=$(sql -c "SELECT count(*) FILTER (WHERE (rl_attempt('$key', $lim, '$win')).store <> 'redis') FROM generate_series(1, $need)")
+		if ((fb > 0)); then
+			event "prefilling $key: $fb calls were not answered by Redis in time (fallback store); topped up"
+		fi
+	done
+	die "could not prefill $key with $n entries"
+}
+
+progress "prefilling hot keys ($n_mid and $n_big entries, 1 h window)"
+fill tplmid "$n_mid" 1000000000 '1 hour'
+fill tplbig "$n_big" 1000000000 '1 hour'
+fill mem100 100 1000000000 '1 hour'
+fill deny 10 10 '1 hour'
+[[ $(sql -c "SELECT allowed FROM rl_attempt('deny', 10, '1 hour')") == f ]] || die "the exhausted key 'deny' still admits calls"
+
+# Redis memory per sliding-log entry, before anything else touches the keys.
+declare -A redis_mem=()
+for k in mem100 tplmid; do
+	redis_mem[$k.n]=$(rcli ZCARD "$(rkey "$k")")
+	redis_mem[$k.bytes]=$(rcli MEMORY USAGE "$(rkey "$k")" SAMPLES 0)
+	redis_mem[$k.enc]=$(rcli OBJECT ENCODING "$(rkey "$k")")
+done
+
+# ---- measurement ------------------------------------------------------------------
+
+declare -A T_tps=() T_txn=() T_err=() T_fb=() T_zmax=() T_rb50=() T_rb99=() rb_n=()
+
+# Rows in the fallback table; with Redis up only calls Redis did not answer in
+# time write there, so the growth over a slice counts them.  fb_last caches
+# the count after the last Redis slice (slices in between do not write it).
+fb_last=
+fallback_rows() {
+	sql -c "SELECT count(*) FROM rl_fallback_log" 2>/dev/null || echo ""
+}
+
+evalsha_errors() { # failed + rejected EVALSHA calls so far
+	rcli INFO commandstats | tr -d '\r' | awk -F'[:,=]' '$1 == "cmdstat_evalsha" {
+		for (i = 2; i < NF; i += 2) if ($i == "failed_calls" || $i == "rejected_calls") n += $(i + 1)
+	} END { print n + 0 }'
+}
+
+# prep_slice ID: put the row's key in its starting state.
+prep_slice() {
+	local id=$1 r
+	case ${R_prep[$id]:-} in
+	empty) rcli DEL "$(rkey "${R_zkey[$id]}")" >/dev/null ;;
+	tplmid | tplbig)
+		r=$(rcli COPY "$(rkey "${R_prep[$id]}")" "$(rkey "${R_zkey[$id]}")" REPLACE)
+		[[ $r == 1 ]] || T_err[$2]="could not restore ${R_zkey[$id]} from its template: $r"
+		;;
+	esac
+}
+
+# run_slice ID CLIENTS ROUND [SECONDS]: one measurement, added to the row's.
+run_slice() {
+	local id=$1 c=$2 round=$3 secs=${4:-1} key="$1.$2"
+	local dir=$work/runs/$key out rc=0 txn failed tps fb0='' fb1 z
+	[[ -z ${T_err[$key]:-} ]] || return 0
+	mkdir -p "$dir"
+	out=$dir/r$round.out
+	prep_slice "$id" "$key"
+	[[ -z ${T_err[$key]:-} ]] || return 0
+	if [[ ${R_kind[$id]} == evalsha ]]; then
+		run_evalsha_slice "$id" "$c" "$round" "$secs"
+		return 0
+	fi
+	local j=$((c < ncpu ? c : ncpu)) dur=(-T "$secs")
+	if ((smoke)); then dur=(-t "$smoke_txns"); fi
+	if [[ -n ${R_redis[$id]:-} ]]; then fb0=${fb_last:-$(fallback_rows)}; fi
+	env PGOPTIONS="${R_opts[$id]:-}" "$PGBENCH" -h 127.0.0.1 -p "$pg_port" -U postgres \
+		-n -M prepared -f "${R_script[$id]}" -c "$c" -j "$j" "${dur[@]}" \
+		-l --log-prefix="$dir/lat$round" postgres >"$out" 2>&1 || rc=$?
+	txn=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$out")
+	failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$out")
+	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time).*/\1/p' "$out")
+	if ((rc != 0)) || [[ -z $txn || $txn == 0 || -z $tps || ${failed:-0} != 0 ]]; then
+		T_err[$key]="pgbench failed (status $rc, ${txn:-no} transactions): $(grep -m1 -iE 'error|abort|fatal' "$out" || tail -n 1 "$out")"
+		progress "ERROR ${R_label[$id]} ($c cl.): ${T_err[$key]}"
+		return 0
+	fi
+	# Per-transaction latencies (µs, third column) of all threads' logs.
+	awk '$3 ~ /^[0-9]+$/ { print $3 }' "$dir/lat$round".* >>"$dir/lat.all"
+	rm -f "$dir/lat$round".*
+	T_tps[$key]+="$tps "
+	T_txn[$key]=$((${T_txn[$key]:-0} + txn))
+	if [[ -n $fb0 ]]; then
+		fb1=$(fallback_rows)
+		fb_last=$fb1
+		if [[ -n $fb1 ]] && ((fb1 > fb0)); then
+			T_fb[$key]=$((${T_fb[$key]:-0} + fb1 - fb0))
+		fi
+	fi
+	if [[ -n ${R_zkey[$id]:-} ]]; then
+		z=$(rcli ZCARD "$(rkey "${R_zkey[$id]}")")
+		if ((z > ${T_zmax[$key]:-0})); then T_zmax[$key]=$z; fi
+	fi
+	local tag="round $round/$rounds"
+	if [[ ${R_phase[$id]} == B ]]; then tag="Redis down, round $round/$rounds_b"; fi
+	progress "$tag  ${R_label[$id]} ($c cl.): ${tps%.*} tps"
+}
+
+run_evalsha_slice() {
+	local id=$1 c=$2 round=$3 secs=$4 key="$1.$2"
+	local dir=$work/runs/$key out=$work/runs/$1.$2/r$3.out rc=0 e0 e1 vals n
+	local cmd=(EVALSHA "$sha" 1 "$(rkey rb:__rand_int__)" 1000000 60000000 1 '' 0)
+	if [[ -z ${rb_n[$c]:-} ]]; then
+		if [[ -n $rb_requests ]]; then
+			rb_n[$c]=$rb_requests
+		else
+			# Size the slices from a short unrecorded run (which also warms up).
+			n=$(redis-benchmark -h 127.0.0.1 -p "$redis_port" -c "$c" -n $((2000 * c)) -r "$many_keys" --csv "${cmd[@]}" 2>/dev/null |
+				awk -F'"' 'NR == 2 { print int($4) }')
+			rb_n[$c]=$((${n:-0} * secs > 1000 ? ${n:-0} * secs : 1000))
+		fi
+	fi
+	e0=$(evalsha_errors)
+	redis-benchmark -h 127.0.0.1 -p "$redis_port" -c "$c" -n "${rb_n[$c]}" -r "$many_keys" \
+		--csv "${cmd[@]}" >"$out" 2>&1 || rc=$?
+	e1=$(evalsha_errors)
+	# CSV: a header row naming the columns, then one row per test.
+	vals=$(awk -F'"' 'NR == 1 { for (i = 2; i <= NF; i += 2) col[$i] = i }
+		NR == 2 && ("rps" in col) { print $col["rps"], $col["p50_latency_ms"], $col["p99_latency_ms"] }' "$out")
+	if ((rc != 0)) || [[ -z $vals ]] || ((e1 != e0)); then
+		T_err[$key]="redis-benchmark failed (status $rc, $((e1 - e0)) failed EVALSHA calls): $(head -n 1 "$out")"
+		progress "ERROR ${R_label[$id]} ($c cl.): ${T_err[$key]}"
+		return 0
+	fi
+	local tps p50 p99
+	read -r tps p50 p99 <<<"$vals"
+	T_tps[$key]+="$tps "
+	T_rb50[$key]+="$p50 "
+	T_rb99[$key]+="$p99 "
+	T_txn[$key]=$((${T_txn[$key]:-0} + rb_n[$c]))
+	progress "round $round/$rounds  ${R_label[$id]} ($c cl.): ${tps%.*} rps"
+}
+
+for id in "${rows[@]}"; do
+	for c in "${clients[@]}"; do
+		if [[ -n ${R_err0[$id]:-} ]]; then T_err[$id.$c]=${R_err0[$id]}; fi
+	done
+done
+
+# Phase A: Redis up; every workload in 1 s slices, round-robin, each round
+# starting one workload further on, so that no workload always follows the same one.
+phase_a=()
+for id in "${rows[@]}"; do
+	if [[ ${R_phase[$id]} == A && -z ${R_na[$id]:-} ]]; then phase_a+=("$id"); fi
+done
+for ((round = 1; round <= rounds; round++)); do
+	shift_by=$(((round - 1) % ${#phase_a[@]}))
+	for id in "${phase_a[@]:shift_by}" "${phase_a[@]:0:shift_by}"; do
+		for c in "${clients[@]}"; do
+			run_slice "$id" "$c" "$round" 1
+		done
+	done
+done
+
+if [[ $(sql -c "SELECT allowed FROM rl_attempt('deny', 10, '1 hour')") != f ]]; then
+	event "the key 'deny' admitted a call after the run: the denial rows did not measure denials only"
+fi
+
+# ---- memory -------------------------------------------------------------------
+
+# One connection: warm up (library loaded, Redis connected), read the
+# backend's own /proc status, make mem_calls calls in mem_stmts statements of
+# 100 calls, read it again.
+progress "memory: $mem_calls calls on one connection"
+status_sql() {
+	echo "SELECT '$1', pg_backend_pid(), (regexp_match(s, 'VmRSS:\s+(\d+)'))[1], (regexp_match(s, 'RssAnon:\s+(\d+)'))[1] FROM pg_read_file('/proc/self/status') AS s;"
+}
+call_sql="SELECT count(*) FILTER (WHERE (rl_attempt('m' || (g %% 1000), 1000000, '1 minute')).store <> 'redis') FROM generate_series(%s, %s) g"
+{
+	echo "\\o $work/mem_counts.txt"
+	# shellcheck disable=SC2059
+	printf "$call_sql;\n" 1 1000
+	echo "\\o"
+	status_sql before
+	echo "\\o $work/mem_counts.txt"
+	echo "SELECT format('$(printf '%s' "$call_sql" | sed "s/'/''/g")', i * 100 + 1, i * 100 + 100) FROM generate_series(0, $((mem_stmts - 1))) i \\gexec"
+	echo "\\o"
+	status_sql after
+} >"$work/mem.sql"
+mem_ok=
+mem_note=
+if sql -F ' ' -f "$work/mem.sql" >"$work/mem.out" 2>&1; then
+	read -r _ pid0 rss0 anon0 < <(grep '^before ' "$work/mem.out")
+	read -r _ pid1 rss1 anon1 < <(grep '^after ' "$work/mem.out")
+	mem_fb=$(awk '{ n += $1 } END { print n + 0 }' "$work/mem_counts.txt")
+	if [[ -n ${rss0:-} && -n ${rss1:-} && $pid0 == "$pid1" ]]; then
+		mem_ok=1
+		if ((mem_fb > 0)); then
+			mem_note="$mem_fb of the calls were answered by the fallback store (Redis did not answer in time)"
+			event "memory test: $mem_note"
+		fi
+	else
+		mem_note="could not read the backend's status: $(head -n 3 "$work/mem.out" | tr '\n' ' ')"
+	fi
+else
+	mem_note="the memory test failed: $(grep -m1 ERROR "$work/mem.out" || head -n 1 "$work/mem.out")"
+fi
+[[ -n $mem_ok ]] || progress "ERROR memory: $mem_note"
+
+# ---- phase B: Redis down ------------------------------------------------------------
+
+progress "stopping Redis"
+stop_redis "$work/redis"
+probe=$(PGOPTIONS="-c slidewin.on_redis_error=fallback" sql -c "SELECT store FROM rl_attempt('bench:probe:down', 10, '1 minute')" 2>"$work/probe.err" || true)
+if [[ $probe != fallback ]]; then
+	msg="with Redis stopped, a first call was not answered by the fallback store: $(head -n 1 "$work/probe.err")"
+	for id in fb_many brk_many fb_hot brk_hot; do
+		for c in "${clients[@]}"; do T_err[$id.$c]=$msg; done
+	done
+	progress "ERROR $msg"
+fi
+# Pure and breaker rows alternate which goes first (ABBA), and use keys of
+# their own, so that neither inherits the other's expired rows.
+for ((round = 1; round <= rounds_b; round++)); do
+	order=(fb_many brk_many fb_hot brk_hot)
+	if ((round % 2 == 0)); then order=(brk_hot fb_hot brk_many fb_many); fi
+	for id in "${order[@]}"; do
+		for c in "${clients[@]}"; do
+			run_slice "$id" "$c" "$round" "$slice_b"
+		done
+	done
+done
+
+if so_changed; then
+	event "slidewin.so was reinstalled while this run was going on: connections opened after that ran the new build, against objects created by the old one"
+fi
+
+# ---- figures ------------------------------------------------------------------------
+
+median() {
+	printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
+		if (NR == 0) exit
+		if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+# pctl FILE: p50 and p99 (ms) of the latencies (µs) in FILE, nearest rank.
+pctl() {
+	local n
+	n=$(wc -l <"$1")
+	if ((n == 0)); then
+		echo "- -"
+		return
+	fi
+	sort -n "$1" | awk -v n="$n" 'BEGIN { i50 = int((n * 50 + 99) / 100); i99 = int((n * 99 + 99) / 100) }
+		NR == i50 { p50 = $1 } NR == i99 { p99 = $1 } END { printf "%.3f %.3f\n", p50 / 1000, p99 / 1000 }'
+}
+fmt_int() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
+commas() { printf "%s" "$1" | sed -e :a -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/; ta'; }
+fmt_k() { awk -v x="$1" 'BEGIN { if (x >= 10000) printf "%.0fk", x / 1000; else if (x >= 1000) printf "%.1fk", x / 1000; else printf "%.0f", x }'; }
+
+declare -A tps=() p50=() p99=()
+any_error=0
+for id in "${rows[@]}"; do
+	for c in "${clients[@]}"; do
+		key=$id.$c
+		[[ -z ${R_na[$id]:-} ]] || continue
+		if [[ -n ${T_err[$key]:-} || -z ${T_tps[$key]:-} ]]; then
+			any_error=1
+			if [[ -z ${T_err[$key]:-} ]]; then T_err[$key]="not measured"; fi
+			continue
+		fi
+		# shellcheck disable=SC2086
+		tps[$key]=$(median ${T_tps[$key]})
+		if [[ ${R_kind[$id]} == evalsha ]]; then
+			# shellcheck disable=SC2086
+			p50[$key]=$(median ${T_rb50[$key]})
+			# shellcheck disable=SC2086
+			p99[$key]=$(median ${T_rb99[$key]})
+		else
+			read -r "p50[$key]" "p99[$key]" < <(pctl "$work/runs/$key/lat.all")
+		fi
+	done
+done
+
+notes_of() {
+	local id=$1 c key parts=() spread=() s
+	if [[ -n ${R_na[$id]:-} ]]; then
+		if [[ $id == algo_* ]]; then echo "rl_attempt has no \`algorithm\` argument yet"; fi
+		return
+	fi
+	for c in "${clients[@]}"; do
+		key=$id.$c
+		if [[ -n ${T_err[$key]:-} ]]; then
+			parts+=("**error at $c cl.**: ${T_err[$key]//|/\\|}")
+			continue
+		fi
+		if [[ -n ${R_zkey[$id]:-} && -n ${T_zmax[$key]:-} ]]; then
+			if [[ -n ${R_zstart[$id]:-} ]]; then
+				parts+=("$c cl.: $(fmt_k "${R_zstart[$id]}") entries at slice start, $(fmt_k "${T_zmax[$key]}") at most at the end")
+			else
+				parts+=("$c cl.: $(fmt_k "${T_zmax[$key]}") entries after the run")
+			fi
+		fi
+		if [[ -n ${T_fb[$key]:-} ]]; then
+			parts+=("**$c cl.: ${T_fb[$key]} calls fell back to the table store** (Redis did not answer in time)")
+		fi
+		# shellcheck disable=SC2086
+		if ((!smoke)) && [[ $(wc -w <<<"${T_tps[$key]}") -gt 1 ]]; then
+			s=$(printf '%s\n' ${T_tps[$key]} | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print lo, hi }')
+			spread+=("$(fmt_k "${s% *}")–$(fmt_k "${s#* }")")
+		fi
+	done
+	if ((${#spread[@]} == 2)); then
+		parts+=("slices ${spread[0]} / ${spread[1]} tps")
+	fi
+	local IFS=';'
+	s="${parts[*]}"
+	echo "${s//;/; }"
+}
+
+cell_tps() {
+	local id=$1 key=$1.$2
+	if [[ -n ${R_na[$id]:-} ]]; then echo "${R_na[$id]}"
+	elif [[ -n ${tps[$key]:-} ]]; then fmt_int "${tps[$key]}"
+	else echo "error"
+	fi
+}
+cell_lat() {
+	local v=$1
+	echo "${v:-–}"
+}
+
+# ratio NUM DEN: NUM / DEN, empty when either is missing
+ratio() {
+	[[ -n ${1:-} && -n ${2:-} ]] || return 0
+	awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b }'
+}
+verdict() { # verdict MEASURED NEEDED: met / MISSED / not measured
+	if [[ -z ${1:-} || -z ${2:-} ]]; then
+		echo "not measured"
+	elif ((smoke)); then
+		echo "not judged (smoke run)"
+	elif awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; then
+		echo "met"
+	else
+		echo "MISSED"
+	fi
+}
+target_rows=()
+# target NUM TEXT MEASURED NEEDED UNIT [DETAIL]: DETAIL follows the measured value
+target() {
+	local shown_m shown_n
+	if [[ $5 == x ]]; then
+		shown_m=${3:+$(awk -v a="$3" 'BEGIN { printf "%.2f ×", a }')}
+		shown_n=$(awk -v a="$4" 'BEGIN { printf "≥ %.2f ×", a }')
+	else
+		shown_m=${3:+$(fmt_int "$3") $5}
+		shown_n="≥ $(fmt_int "${4:-0}") $5"
+		[[ -n ${4:-} ]] || shown_n="–"
+	fi
+	if [[ -n $shown_m && -n ${6:-} ]]; then shown_m+=" $6"; fi
+	target_rows+=("| $1 | $2 | ${shown_m:-not measured} | $shown_n | $(verdict "$3" "$4") |")
+}
+
+# 1. Redis path at 1 client against SELECT 1 and EVALSHA in series.
+need1=
+if [[ -n ${tps[s1.1]:-} && -n ${tps[evalsha.1]:-} ]]; then
+	need1=$(awk -v a="${tps[s1.1]}" -v b="${tps[evalsha.1]}" 'BEGIN { printf "%.1f", 0.85 / (1 / a + 1 / b) }')
+fi
+target 1 'Redis path, 1 client, many keys: tps ≥ 0.85 × 1 / (1/tps(`SELECT 1`) + 1/tps(`EVALSHA`))' \
+	"${tps[many.1]:-}" "$need1" tps
+
+# 2. Hot key: full window against an empty one (the faster of the two empty rows).
+for c in "${clients[@]}"; do
+	e0=${tps[hot0.$c]:-}
+	e1=${tps[hot1us.$c]:-}
+	empty=$e0
+	if [[ -n $e1 && (-z $e0 || $(awk -v a="$e1" -v b="$e0" 'BEGIN { print (a > b) }') == 1) ]]; then empty=$e1; fi
+	[[ -n $e0 && -n $e1 ]] || empty=
+	detail=
+	if [[ -n $empty ]]; then
+		detail=$(awk -v a="${tps[hotbig.$c]:-0}" -v b="$e0" -v d="$e1" \
+			'BEGIN { printf "(%.2f × the emptied-per-slice row, %.2f × the 1 µs row)", a / b, a / d }')
+	fi
+	target "2 ($c cl.)" "Hot key: tps with $(kfmt $n_big) entries ≥ 0.9 × tps with an empty window (the faster of the two empty-window rows)" \
+		"$(ratio "${tps[hotbig.$c]:-}" "$empty")" 0.9 x "$detail"
+done
+for c in "${clients[@]}"; do
+	target "3 ($c cl.)" 'cost = 1000: tps ≥ 0.95 × tps at cost = 1' \
+		"$(ratio "${tps[cost1000.$c]:-}" "${tps[many.$c]:-}")" 0.95 x
+done
+deny_note=
+if ((has_deny_cache)); then deny_note=" (deny_cache on)"; fi
+for c in "${clients[@]}"; do
+	target "4 ($c cl.)" "Denial path$deny_note: tps ≥ 0.8 × tps(\`SELECT 1\`)" \
+		"$(ratio "${tps[deny.$c]:-}" "${tps[s1.$c]:-}")" 0.8 x
+done
+target "5a" 'Fallback, many keys, 8 clients: tps ≥ 2 × PL/pgSQL baseline' \
+	"$(ratio "${tps[fb_many.8]:-}" "${tps[pl_many.8]:-}")" 2 x
+target "5b" 'Fallback, hot key, 8 clients: tps ≥ 20 × PL/pgSQL baseline' \
+	"$(ratio "${tps[fb_hot.8]:-}" "${tps[pl_hot.8]:-}")" 20 x
+for w in many hot; do
+	for c in "${clients[@]}"; do
+		target "6 ($w, $c cl.)" "Redis down, breaker default, $( [[ $w == many ]] && echo 'many keys' || echo 'hot key'): within 20 % of pure fallback (≥ 0.8 ×)" \
+			"$(ratio "${tps[brk_$w.$c]:-}" "${tps[fb_$w.$c]:-}")" 0.8 x
+	done
+done
+mem_growth_kb=
+if [[ -n $mem_ok ]]; then
+	mem_growth_kb=$((rss1 - rss0))
+	mem_need_kb=5120
+	mem_result=$(verdict "$((mem_need_kb - mem_growth_kb))" 0)
+	target_rows+=("| 7 | Memory: backend RSS growth ≤ 5 MB over $(commas $mem_calls) calls on one connection | $(awk -v k="$mem_growth_kb" 'BEGIN { printf "%+.2f MB", k / 1024 }') | ≤ 5.00 MB | $mem_result |")
+else
+	target_rows+=("| 7 | Memory: backend RSS growth ≤ 5 MB over $(commas $mem_calls) calls on one connection | not measured | ≤ 5.00 MB | not measured |")
+	any_error=1
+fi
+
+# ---- the table ---------------------------------------------------------------------
+
+cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
+git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || true)
+if [[ -n $git_rev && -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
+	git_rev="$git_rev with uncommitted changes"
+fi
+load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+elapsed=$SECONDS
+
+result=$work/RESULTS.md
+{
+	echo "# slidewin benchmark"
+	echo
+	if ((smoke)); then
+		echo "**Smoke run** (\`run.sh --smoke\`): $smoke_txns transactions per client per workload; the figures mean nothing and the targets are not judged."
+		echo
+	fi
+	echo "- Machine: $ncpu CPUs (nproc), ${cpu_model:-unknown CPU}; Linux $(uname -r)"
+	echo "- Software: PostgreSQL $pg_version, Redis ${redis_version:-unknown}, slidewin $ext_version${git_rev:+ (git $git_rev)}"
+	echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC'); load average before the run $load_before, after it $load_after"
+	if [[ -n ${busy_before:-} ]]; then
+		echo "- CPUs busy in the second before the run: ${busy_before} % (steal ${steal_before} %)"
+		if ((busy_before >= 20)); then
+			echo "- **The machine was not idle** when the run started: other processes competed for the CPUs, so the figures are disturbed and ratios between rows are less reliable than usual."
+		fi
+	fi
+	if ((smoke)); then
+		echo "- All figures come from this one run."
+	else
+		echo "- All figures come from this one run: $bench_seconds s per workload and client count; with Redis up in $rounds slices of 1 s taken round-robin across the workloads, with Redis down in $rounds_b slices of $slice_b s, also round-robin."
+	fi
+	echo
+	echo "| Workload | tps, 1 client | p50 ms | p99 ms | tps, 8 clients | p50 ms | p99 ms | Notes |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---|"
+	for id in "${rows[@]}"; do
+		printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "${R_label[$id]}" \
+			"$(cell_tps "$id" 1)" "$(cell_lat "${p50[$id.1]:-}")" "$(cell_lat "${p99[$id.1]:-}")" \
+			"$(cell_tps "$id" 8)" "$(cell_lat "${p50[$id.8]:-}")" "$(cell_lat "${p99[$id.8]:-}")" \
+			"$(notes_of "$id")"
+	done
+	echo
+	echo "## Targets"
+	echo
+	echo "| # | Target | Measured | Needed | Result |"
+	echo "|---|---|---:|---:|---|"
+	printf '%s\n' "${target_rows[@]}"
+	echo
+	echo "## Memory"
+	echo
+	echo "| Measure | Value |"
+	echo "|---|---|"
+	if [[ -n $mem_ok ]]; then
+		echo "| Backend VmRSS before → after $(commas $mem_calls) calls | $(awk -v a="$rss0" -v b="$rss1" 'BEGIN { printf "%.2f MB → %.2f MB (%+.2f MB)", a / 1024, b / 1024, (b - a) / 1024 }') |"
+		echo "| Backend RssAnon before → after | $(awk -v a="$anon0" -v b="$anon1" 'BEGIN { printf "%.2f MB → %.2f MB (%+.2f MB)", a / 1024, b / 1024, (b - a) / 1024 }') |"
+		if [[ -n $mem_note ]]; then echo "| Note | ${mem_note//|/\\|} |"; fi
+	else
+		echo "| Backend RSS | **error**: ${mem_note//|/\\|} |"
+	fi
+	for k in mem100 tplmid; do
+		echo "| Redis bytes per sliding-log entry, key with $(commas "${redis_mem[$k.n]}") entries (encoding ${redis_mem[$k.enc]}) | $(awk -v b="${redis_mem[$k.bytes]}" -v n="${redis_mem[$k.n]}" 'BEGIN { printf "%.1f (MEMORY USAGE %d bytes)", b / n, b }') |"
+	done
+	echo
+	if ((${#events[@]} > 0)); then
+		echo "## Events during the run"
+		echo
+		printf -- '- %s\n' "${events[@]}"
+		echo
+	fi
+	echo "## How the figures are made"
+	echo
+	echo "- pgbench $($PGBENCH --version | awk '{ print $3 }'), \`-M prepared --no-vacuum\`, one custom script per workload (\`\\set k random(1, $many_keys)\`), \`-j\` = min(clients, CPUs), over TCP on loopback; the client and both servers share the machine's $ncpu CPUs."
+	echo "- tps is the median over the slices of pgbench's tps without connection time (redis-benchmark: requests per second). p50 and p99 are nearest-rank percentiles of every transaction's latency in the slices, from pgbench's per-transaction log (\`-l\`); for \`EVALSHA\` they are the median over the slices of redis-benchmark's own p50 and p99."
+	echo "- \`EVALSHA\`: redis-benchmark, its own client, on the script text read from \`src/scripts.c\` (\`lua_log_attempt\`, the prelude and the attempt script) and checked to be the very script the installed slidewin had loaded into Redis (same SHA1); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\`, lim 1000000, window 60000000 µs, cost 1, now '' (Redis TIME), force 0."
+	echo "- Many keys: key \`'k' || random(1, $many_keys)\`, lim 1,000,000 per 1 minute, so every call is admitted; each key holds a handful of entries. cost = 1000 is the same with its own keys (still all admitted); its comparison is with the cost = 1 row."
+	echo "- Hot key, window emptied: one key, lim 1e9 per 1 hour, deleted before each slice, so the window holds 0 entries at the start of each slice and grows during it (the Notes give how far). Hot key, 1 µs window: every entry has left the window before the next call, so each call finds the window empty and also removes the previous entry. $(kfmt $n_mid) and $(kfmt $n_big) entries: the key is restored (Redis \`COPY\`) before each slice from a template prefilled with that many admitted calls, 1 hour window; it also grows during the slice. Target 2 compares with the faster of the two empty-window rows."
+	echo "- Denial path: key \`deny\`, lim 10 per 1 hour, exhausted before the run; every measured call is denied (checked after the run)."
+	echo "- PL/pgSQL baseline: \`plbase.attempt\` from \`../shared/bench/plpgsql_baseline.sql\`, same workloads: many keys as above; hot key one key, lim 1e9 per 1 second (the window holds the last second of calls). The fallback hot-key rows use the same hot-key workload (pure and breaker rows each on a key of their own; likewise their many-keys rows)."
+	echo "- Redis down: Redis is stopped (connections refused at once); \`slidewin.on_redis_error = fallback\`. Pure fallback: \`slidewin.redis_retry_interval = 1h\`, so each backend tries Redis only at its first call. Breaker default: 1000 ms, so each backend tries again every second. These four rows run in slices of $slice_b s, round-robin, each slice with new connections: every backend fails to reach Redis at its first call, and with the default interval tries once more about 1 s later (so about one retry per backend per $slice_b s, where a long-lived connection would retry once a second). A Redis that drops packets instead of refusing would cost up to \`slidewin.connect_timeout\` per retry; this benchmark does not measure that."
+	echo "- Redis-store rows: calls that Redis did not answer within \`slidewin.command_timeout\` go to the fallback store; the Notes say so where that happened (counted from the rows it wrote)."
+	echo "- Memory: one psql connection; after a warm-up of 1,000 calls (library loaded, Redis connected), the backend reads its own \`/proc/self/status\` (VmRSS, RssAnon), makes $(commas $mem_calls) \`rl_attempt\` calls over 1,000 keys (lim 1,000,000 per 1 minute) as $(commas $mem_stmts) statements of 100 calls each (so both per-call and per-statement memory are exercised; one call per statement would take longer than the time budget), and reads it again. The target is judged on VmRSS. Redis bytes per entry: \`MEMORY USAGE key SAMPLES 0\` of a key holding that many entries, divided by the entries."
+	echo
+	echo "Total time of this run: ${elapsed} s$( ((!smoke && elapsed > 300)) && echo ' (over the 5 minute budget)')."
+} >"$result"
+
+cat "$result"
+if ((!smoke)); then
+	cp "$result" "$here/RESULTS.md"
+	echo
+	echo "written to test/bench/RESULTS.md"
+fi
+if [[ -n ${BENCH_OUT:-} ]]; then
+	cp "$result" "$BENCH_OUT"
+fi
+echo "total elapsed: ${elapsed} s"
+if ((any_error)); then
+	echo "run.sh: some workloads failed; see the table" >&2
+	exit 1
+fi
+exit 0
