@@ -73,6 +73,8 @@ if ((smoke)); then
 	rounds=1
 	slice_b=1
 	rounds_b=1
+	long_secs=1
+	long_desc=
 	n_big=2000         # the "100k entries" hot key
 	n_mid=500          # the "10k entries" hot key
 	mem_stmts=100      # memory test: statements of 100 calls each
@@ -83,6 +85,8 @@ else
 	# Redis down: slices of 2 s, so that with the default retry interval each
 	# backend (new connections in every slice) tries Redis again inside a slice.
 	slice_b=$((bench_seconds >= 2 ? 2 : 1))
+	long_secs=$((2 * bench_seconds))
+	long_desc=" of $long_secs s"
 	rounds_b=$(((bench_seconds + slice_b - 1) / slice_b))
 	n_big=100000
 	n_mid=10000
@@ -206,7 +210,7 @@ fi
 
 rows=()
 declare -A R_label=() R_kind=() R_phase=() R_script=() R_opts=() R_na=() R_err0=()
-declare -A R_redis=() R_zkey=() R_zstart=() R_prep=()
+declare -A R_redis=() R_zkey=() R_zstart=() R_prep=() R_vacuum=() R_extra=()
 
 mkdir -p "$work/scripts" "$work/runs"
 
@@ -281,8 +285,11 @@ add_row fb_hot B pgbench 'Redis stopped, pure fallback, one hot key' \
 	"SELECT * FROM rl_attempt('fhot', 1000000000, '1 second');"
 add_row brk_hot B pgbench 'Redis stopped, breaker default (1000 ms), one hot key' \
 	"SELECT * FROM rl_attempt('bhot', 1000000000, '1 second');"
+add_row fb_hot_long C pgbench "Redis stopped, pure fallback, one hot key, one continuous run$long_desc" \
+	"SELECT * FROM rl_attempt('shot', 1000000000, '1 second');"
+R_extra[fb_hot_long]="-P 1"
 
-for id in fb_many fb_hot; do
+for id in fb_many fb_hot fb_hot_long; do
 	R_opts[$id]="-c slidewin.on_redis_error=fallback -c slidewin.redis_retry_interval=3600000"
 done
 for id in brk_many brk_hot; do
@@ -291,6 +298,11 @@ done
 for id in many hot0 hot1us hotmid hotbig cost1000 deny deny_off algo_sliding_counter algo_token_bucket; do
 	if [[ -n ${R_kind[$id]:-} ]]; then R_redis[$id]=1; fi
 done
+# Tables that a workload deletes expired rows from: vacuumed before each of its
+# slices, so that every slice starts from the same state instead of inheriting
+# the dead rows of the slices before it (both stores alike).
+for id in fb_many brk_many fb_hot brk_hot fb_hot_long; do R_vacuum[$id]=rl_fallback_log; done
+R_vacuum[pl_many]=plbase.log R_vacuum[pl_hot]=plbase.log
 R_zkey[hot0]=hot0 R_zstart[hot0]=0 R_prep[hot0]=empty
 R_zkey[hotmid]=hotmid R_zstart[hotmid]=$n_mid R_prep[hotmid]=tplmid
 R_zkey[hotbig]=hotbig R_zstart[hotbig]=$n_big R_prep[hotbig]=tplbig
@@ -349,7 +361,7 @@ done
 
 # ---- measurement ------------------------------------------------------------------
 
-declare -A T_tps=() T_txn=() T_err=() T_fb=() T_zmax=() T_rb50=() T_rb99=() rb_n=()
+declare -A T_prog=() T_tps=() T_txn=() T_err=() T_fb=() T_zmax=() T_rb50=() T_rb99=() rb_n=()
 
 # Rows in the fallback table; with Redis up only calls Redis did not answer in
 # time write there, so the growth over a slice counts them.  fb_last caches
@@ -368,6 +380,10 @@ evalsha_errors() { # failed + rejected EVALSHA calls so far
 # prep_slice ID: put the row's key in its starting state.
 prep_slice() {
 	local id=$1 r
+	if [[ -n ${R_vacuum[$id]:-} ]] && ! sql -c "VACUUM ${R_vacuum[$id]}" 2>"$work/vacuum.err"; then
+		T_err[$2]="VACUUM ${R_vacuum[$id]} failed: $(head -n 1 "$work/vacuum.err")"
+		return 0
+	fi
 	case ${R_prep[$id]:-} in
 	empty) rcli DEL "$(rkey "${R_zkey[$id]}")" >/dev/null ;;
 	tplmid | tplbig)
@@ -393,8 +409,10 @@ run_slice() {
 	local j=$((c < ncpu ? c : ncpu)) dur=(-T "$secs")
 	if ((smoke)); then dur=(-t "$smoke_txns"); fi
 	if [[ -n ${R_redis[$id]:-} ]]; then fb0=${fb_last:-$(fallback_rows)}; fi
+	local extra=()
+	read -r -a extra <<<"${R_extra[$id]:-}"
 	env PGOPTIONS="${R_opts[$id]:-}" "$PGBENCH" -h 127.0.0.1 -p "$pg_port" -U postgres \
-		-n -M prepared -f "${R_script[$id]}" -c "$c" -j "$j" "${dur[@]}" \
+		-n -M prepared -f "${R_script[$id]}" -c "$c" -j "$j" "${dur[@]}" "${extra[@]}" \
 		-l --log-prefix="$dir/lat$round" postgres >"$out" 2>&1 || rc=$?
 	txn=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$out")
 	failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$out")
@@ -409,6 +427,8 @@ run_slice() {
 	rm -f "$dir/lat$round".*
 	T_tps[$key]+="$tps "
 	T_txn[$key]=$((${T_txn[$key]:-0} + txn))
+	# With -P: pgbench's per-interval progress lines; keep the first and last tps.
+	T_prog[$key]=$(awk '$1 == "progress:" { t = $4; if (!n++) f = t } END { if (n > 1) printf "%.0f %.0f", f, t }' "$out")
 	if [[ -n $fb0 ]]; then
 		fb1=$(fallback_rows)
 		fb_last=$fb1
@@ -422,6 +442,7 @@ run_slice() {
 	fi
 	local tag="round $round/$rounds"
 	if [[ ${R_phase[$id]} == B ]]; then tag="Redis down, round $round/$rounds_b"; fi
+	if [[ ${R_phase[$id]} == C ]]; then tag="Redis down, continuous"; fi
 	progress "$tag  ${R_label[$id]} ($c cl.): ${tps%.*} tps"
 }
 
@@ -550,6 +571,12 @@ for ((round = 1; round <= rounds_b; round++)); do
 	done
 done
 
+# Phase C: the fallback store under a hot key for longer, without the VACUUM
+# between slices: how it fares as the expired rows it deletes pile up.
+for c in "${clients[@]}"; do
+	run_slice fb_hot_long "$c" 1 "$long_secs"
+done
+
 if so_changed; then
 	event "slidewin.so was reinstalled while this run was going on: connections opened after that ran the new build, against objects created by the old one"
 fi
@@ -618,6 +645,9 @@ notes_of() {
 			else
 				parts+=("$c cl.: $(fmt_k "${T_zmax[$key]}") entries after the run")
 			fi
+		fi
+		if [[ -n ${T_prog[$key]:-} ]]; then
+			parts+=("$c cl.: $(fmt_k "${T_prog[$key]% *}") tps in the first second, $(fmt_k "${T_prog[$key]#* }") in the last")
 		fi
 		if [[ -n ${T_fb[$key]:-} ]]; then
 			parts+=("**$c cl.: ${T_fb[$key]} calls fell back to the table store** (Redis did not answer in time)")
@@ -812,7 +842,7 @@ result=$work/RESULTS.md
 	echo "- Hot key, window emptied: one key, lim 1e9 per 1 hour, deleted before each slice, so the window holds 0 entries at the start of each slice and grows during it (the Notes give how far). Hot key, 1 µs window: every entry has left the window before the next call, so each call finds the window empty and also removes the previous entry. $(kfmt $n_mid) and $(kfmt $n_big) entries: the key is restored (Redis \`COPY\`) before each slice from a template prefilled with that many admitted calls, 1 hour window; it also grows during the slice. Target 2 compares with the faster of the two empty-window rows."
 	echo "- Denial path: key \`deny\`, lim 10 per 1 hour, exhausted before the run; every measured call is denied (checked after the run)."
 	echo "- PL/pgSQL baseline: \`plbase.attempt\` from \`../shared/bench/plpgsql_baseline.sql\`, same workloads: many keys as above; hot key one key, lim 1e9 per 1 second (the window holds the last second of calls). The fallback hot-key rows use the same hot-key workload (pure and breaker rows each on a key of their own; likewise their many-keys rows)."
-	echo "- Redis down: Redis is stopped (connections refused at once); \`slidewin.on_redis_error = fallback\`. Pure fallback: \`slidewin.redis_retry_interval = 1h\`, so each backend tries Redis only at its first call. Breaker default: 1000 ms, so each backend tries again every second. These four rows run in slices of $slice_b s, round-robin, each slice with new connections: every backend fails to reach Redis at its first call, and with the default interval tries once more about 1 s later (so about one retry per backend per $slice_b s, where a long-lived connection would retry once a second). A Redis that drops packets instead of refusing would cost up to \`slidewin.connect_timeout\` per retry; this benchmark does not measure that."
+	echo "- Redis down: Redis is stopped (connections refused at once); \`slidewin.on_redis_error = fallback\`. Pure fallback: \`slidewin.redis_retry_interval = 1h\`, so each backend tries Redis only at its first call. Breaker default: 1000 ms, so each backend tries again every second. These four rows run in slices of $slice_b s, round-robin, each slice with new connections: every backend fails to reach Redis at its first call, and with the default interval tries once more about 1 s later (so about one retry per backend per $slice_b s, where a long-lived connection would retry once a second). Both stores delete the expired rows of the key they serve, which leaves dead rows behind until a VACUUM: the fallback table (for the Redis-down rows) and \`plbase.log\` (for the baseline rows) are vacuumed before each slice, so that every slice starts from the same state. The continuous row shows what happens without that: one pure-fallback hot-key run of $long_secs s, from a vacuumed table, with pgbench's per-second tps (\`-P 1\`) first and last in the Notes. A Redis that drops packets instead of refusing would cost up to \`slidewin.connect_timeout\` per retry; this benchmark does not measure that."
 	echo "- Redis-store rows: calls that Redis did not answer within \`slidewin.command_timeout\` go to the fallback store; the Notes say so where that happened (counted from the rows it wrote)."
 	echo "- Memory: one psql connection; after a warm-up of 1,000 calls (library loaded, Redis connected), the backend reads its own \`/proc/self/status\` (VmRSS, RssAnon), makes $(commas $mem_calls) \`rl_attempt\` calls over 1,000 keys (lim 1,000,000 per 1 minute) as $(commas $mem_stmts) statements of 100 calls each (so both per-call and per-statement memory are exercised; one call per statement would take longer than the time budget), and reads it again. The target is judged on VmRSS. Redis bytes per entry: \`MEMORY USAGE key SAMPLES 0\` of a key holding that many entries, divided by the entries."
 	echo
@@ -830,6 +860,15 @@ if [[ -n ${BENCH_OUT:-} ]]; then
 fi
 echo "total elapsed: ${elapsed} s"
 if ((any_error)); then
+	# Repeat the failures last, where a caller that shows only the tail sees them.
+	for id in "${rows[@]}"; do
+		for c in "${clients[@]}"; do
+			if [[ -z ${R_na[$id]:-} && -n ${T_err[$id.$c]:-} ]]; then
+				echo "failed: ${R_label[$id]} ($c cl.): ${T_err[$id.$c]}" >&2
+			fi
+		done
+	done
+	if [[ -z $mem_ok ]]; then echo "failed: memory test: $mem_note" >&2; fi
 	echo "run.sh: some workloads failed; see the table" >&2
 	exit 1
 fi
