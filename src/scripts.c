@@ -53,6 +53,44 @@
 "  end\n" \
 "  e = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')\n" \
 "  return tonumber(e[2])\n" \
+"end\n" \
+"-- The log up to cutoff: its base (running total before the window) and the\n" \
+"-- rank of the first live entry. When writing, expired entries go and their\n" \
+"-- total is kept in one entry scored -inf.\n" \
+"local function trim(key, cutoff, write)\n" \
+"  local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)\n" \
+"  if not old[1] then return 0, 0 end\n" \
+"  if old[2] ~= '-inf' and write then\n" \
+"    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))\n" \
+"    redis.call('ZADD', key, '-inf', old[1])\n" \
+"  end\n" \
+"  return tonumber(old[1]), 1\n" \
+"end\n" \
+"-- The newest running total and its time (nil if the log holds no entry).\n" \
+"local function newest(key, base)\n" \
+"  local n = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n" \
+"  if n[1] and n[2] ~= '-inf' then return tonumber(n[1]), tonumber(n[2]) end\n" \
+"  return base, nil\n" \
+"end\n" \
+"-- Record cost units now (or 1 us after the newest entry); returns the score.\n" \
+"local function record(key, now, last_ts, total, base, r0, cost, win)\n" \
+"  local ts = now\n" \
+"  if last_ts and ts <= last_ts then ts = last_ts + 1 end\n" \
+"  if total == base then\n" \
+"    if base > 0 then redis.call('DEL', key) end\n" \
+"    total = 0\n" \
+"  elseif total + cost > 4503599627370496 then\n" \
+"    -- keep running totals exact as doubles: renumber the live entries\n" \
+"    local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')\n" \
+"    redis.call('DEL', key)\n" \
+"    for i = 1, #all, 2 do\n" \
+"      redis.call('ZADD', key, all[i + 1], fmt(tonumber(all[i]) - base))\n" \
+"    end\n" \
+"    total = total - base\n" \
+"  end\n" \
+"  redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n" \
+"  redis.call('PEXPIRE', key, fmt(math.ceil(win / 1000) + 1))\n" \
+"  return ts\n" \
 "end\n"
 
 /*
@@ -66,21 +104,8 @@ static const char lua_log_attempt[] = LUA_PRELUDE
 "local key = KEYS[1]\n"
 "local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 "local now = clock(ARGV[4])\n"
-"local cutoff = now - win\n"
-"local base, r0 = 0, 0\n"
-"local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)\n"
-"if old[1] then\n"
-"  base, r0 = tonumber(old[1]), 1\n"
-"  if old[2] ~= '-inf' then\n"
-"    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))\n"
-"    redis.call('ZADD', key, '-inf', old[1])\n"
-"  end\n"
-"end\n"
-"local total, last_ts = base, nil\n"
-"local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
-"if newest[1] and newest[2] ~= '-inf' then\n"
-"  total, last_ts = tonumber(newest[1]), tonumber(newest[2])\n"
-"end\n"
+"local base, r0 = trim(key, now - win, true)\n"
+"local total, last_ts = newest(key, base)\n"
 "local used = total - base\n"
 "local ok = used + cost <= lim\n"
 "local retry, rem = 0, lim - used - cost\n"
@@ -91,22 +116,7 @@ static const char lua_log_attempt[] = LUA_PRELUDE
 "  if ARGV[5] ~= '1' then return {0, rem, retry, last_ts + win, used, -1} end\n"
 "  rem = 0\n"
 "end\n"
-"local ts = now\n"
-"if last_ts and ts <= last_ts then ts = last_ts + 1 end\n"
-"if used == 0 then\n"
-"  if base > 0 then redis.call('DEL', key) end\n"
-"  total = 0\n"
-"elseif total + cost > 4503599627370496 then\n"
-"  -- keep running totals exact as doubles: renumber the live entries\n"
-"  local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')\n"
-"  redis.call('DEL', key)\n"
-"  for i = 1, #all, 2 do\n"
-"    redis.call('ZADD', key, all[i + 1], fmt(tonumber(all[i]) - base))\n"
-"  end\n"
-"  total = total - base\n"
-"end\n"
-"redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n"
-"redis.call('PEXPIRE', key, fmt(math.ceil(win / 1000) + 1))\n"
+"local ts = record(key, now, last_ts, total, base, r0, cost, win)\n"
 "return {ok and 1 or 0, rem, retry, ts + win, used + cost, ts}\n";
 
 /*
@@ -294,21 +304,8 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "local mode = ARGV[4 + 2 * n]\n"
 "local maxwin = 0\n"
 "for i = 1, n do maxwin = math.max(maxwin, tonumber(ARGV[1 + n + i])) end\n"
-"local cutoff = now - maxwin\n"
-"local base, r0 = 0, 0\n"
-"local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)\n"
-"if old[1] then\n"
-"  base, r0 = tonumber(old[1]), 1\n"
-"  if old[2] ~= '-inf' and mode ~= 'p' then\n"
-"    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))\n"
-"    redis.call('ZADD', key, '-inf', old[1])\n"
-"  end\n"
-"end\n"
-"local total, last_ts = base, nil\n"
-"local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
-"if newest[1] and newest[2] ~= '-inf' then\n"
-"  total, last_ts = tonumber(newest[1]), tonumber(newest[2])\n"
-"end\n"
+"local base, r0 = trim(key, now - maxwin, mode ~= 'p')\n"
+"local total, last_ts = newest(key, base)\n"
 "local ok, rem, retry, used = true, nil, 0, 0\n"
 "for i = 1, n do\n"
 "  local lim, win = tonumber(ARGV[1 + i]), tonumber(ARGV[1 + n + i])\n"
@@ -331,21 +328,7 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "  if last_ts then reset = last_ts + maxwin end\n"
 "  return {ok and 1 or 0, rem, retry, reset, used, -1}\n"
 "end\n"
-"local ts = now\n"
-"if last_ts and ts <= last_ts then ts = last_ts + 1 end\n"
-"if total == base then\n"
-"  if base > 0 then redis.call('DEL', key) end\n"
-"  total = 0\n"
-"elseif total + cost > 4503599627370496 then\n"
-"  local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')\n"
-"  redis.call('DEL', key)\n"
-"  for i = 1, #all, 2 do\n"
-"    redis.call('ZADD', key, all[i + 1], fmt(tonumber(all[i]) - base))\n"
-"  end\n"
-"  total = total - base\n"
-"end\n"
-"redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n"
-"redis.call('PEXPIRE', key, fmt(math.ceil(maxwin / 1000) + 1))\n"
+"local ts = record(key, now, last_ts, total, base, r0, cost, maxwin)\n"
 "if ok then return {1, rem, 0, ts + maxwin, used + cost, ts} end\n"
 "return {0, 0, retry, ts + maxwin, used + cost, ts}\n";
 

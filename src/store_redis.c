@@ -124,6 +124,22 @@ read_outcome(RedisResult *r, RlOutcome *o)
 	o->known = true;
 }
 
+/*
+ * Run a script that answers with an outcome, on the key built in *key (which
+ * is freed). False when Redis cannot answer now.
+ */
+static bool
+run_outcome_script(ScriptId id, StringInfo key, int nargs, const char **argv,
+				   RlOutcome *o, RedisResult *r)
+{
+	script_run(id, key->data, key->len, nargs, argv, r);
+	pfree(key->data);
+	if (!settle(r))
+		return false;
+	read_outcome(r, o);
+	return true;
+}
+
 static const char *
 clock_arg(char *buf, size_t size)
 {
@@ -165,12 +181,7 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 	if (with_cost)
 		argv[n++] = args->force ? "1" : "0";
 
-	script_run(id, key.data, key.len, n, argv, r);
-	pfree(key.data);
-	if (!settle(r))
-		return false;
-	read_outcome(r, o);
-	return true;
+	return run_outcome_script(id, &key, n, argv, o, r);
 }
 
 /* Redis key tags, one per algorithm: no algorithm reads another's data. */
@@ -208,12 +219,7 @@ run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[2] = cost;
 	argv[3] = clock_arg(now, sizeof(now));
 	argv[4] = peek ? "p" : args->force ? "1" : "0";
-	script_run(counter_scripts[args->algorithm], key.data, key.len, 5, argv, r);
-	pfree(key.data);
-	if (!settle(r))
-		return false;
-	read_outcome(r, o);
-	return true;
+	return run_outcome_script(counter_scripts[args->algorithm], &key, 5, argv, o, r);
 }
 
 /*
@@ -246,12 +252,7 @@ run_multi_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[n++] = bufs[1 + 2 * args->nwin];
 	argv[n++] = clock_arg(now, sizeof(now));
 	argv[n++] = peek ? "p" : args->force ? "1" : "0";
-	script_run(SCRIPT_LOG_MULTI, key.data, key.len, n, argv, r);
-	pfree(key.data);
-	if (!settle(r))
-		return false;
-	read_outcome(r, o);
-	return true;
+	return run_outcome_script(SCRIPT_LOG_MULTI, &key, n, argv, o, r);
 }
 
 bool
