@@ -33,8 +33,12 @@ SELECT allowed, remaining, store FROM rl_attempt('p', 2, '1 hour');
 RESET ROLE;
 SELECT allowed, remaining FROM rl_peek('p', 2, '1 hour');
 
--- A value set in a session before the library is loaded is a placeholder;
--- loading the library must not let an ordinary role's value through.
+-- This server preloads the library (shared_preload_libraries), so the
+-- settings exist before the session starts and an ordinary role's SET is
+-- refused at once. (Without preloading, a value set before the library
+-- loads is a placeholder that loading must not let through: TAP 040 checks
+-- that on a server that does not preload.) Either way the call below draws
+-- from the configured server and prefix.
 RESET slidewin.key_prefix;
 SELECT rl_reset('p-placeholder');
 \c - regress_slidewin_user

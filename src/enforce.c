@@ -10,7 +10,8 @@
  *
  * Every charging entry point (rl_attempt, rl_allow, rl_enforce, rl_wait and
  * rl_trigger) goes through enforce_charge, so that shadow mode and refunds
- * mean the same everywhere. Nothing here formats a Redis command.
+ * mean the same everywhere, and so that each of them consults the deny
+ * cache. Nothing here formats a Redis command.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,6 +26,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
 #include "policy.h"
@@ -119,7 +121,14 @@ charge_call(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
 	RlArgs		a = *args;
 
 	a.force = !slidewin_enforce;
-	policy_run(policy, &a, o, redis_store_attempt, fallback_attempt);
+	if (a.force || !deny_cache_lookup(&a, o))
+	{
+		DenyStamp	stamp;
+
+		deny_cache_stamp(&a, &stamp);
+		policy_run(policy, &a, o, redis_store_attempt, fallback_attempt);
+		deny_cache_remember(&a, &stamp, o);
+	}
 	if (!o->allowed)
 	{
 		if (log)

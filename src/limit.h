@@ -53,6 +53,8 @@ typedef struct RlOutcome
 	bool		known;			/* false: remaining and reset_at are unknown (NULL) */
 	int64		recorded_ts;	/* Redis: score of the entry recorded, or -1 */
 	bool		shadowed;		/* would have been denied; admitted by shadow mode */
+	int64		stable_us;		/* Redis sliding-log denial: the same call gets the
+								 * same answer for this long, if nobody writes */
 } RlOutcome;
 
 extern char *slidewin_test_now;

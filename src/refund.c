@@ -26,6 +26,7 @@
 #include "access/xact.h"
 #include "utils/memutils.h"
 
+#include "deny_cache.h"
 #include "policy.h"
 #include "refund.h"
 #include "store_redis.h"
@@ -41,6 +42,7 @@ typedef struct RefundEntry
 	int64		ts;
 	int64		cost;
 	int64		win_us;
+	uint32		key_hash;		/* of the user's key, for the deny cache */
 	SubTransactionId subid;
 } RefundEntry;
 
@@ -71,6 +73,7 @@ refund_remember(const RlArgs *args, int64 recorded_ts)
 	e->ts = recorded_ts;
 	e->cost = args->cost;
 	e->win_us = args->win_us;
+	e->key_hash = deny_cache_key_hash(args->key, args->keylen);
 	e->subid = GetCurrentSubTransactionId();
 	n_entries++;
 	pfree(key);
@@ -88,11 +91,20 @@ give_back(RefundEntry *e)
 {
 	RedisResult r;
 	bool		given_back;
+	bool		ok;
 
 	r.reply = NULL;
-	if (policy_redis_may_be_tried(&r) &&
+	ok = policy_redis_may_be_tried(&r) &&
 		redis_store_refund(e->rkey, e->rkeylen, e->ts, e->cost, e->win_us,
-						   &given_back, &r))
+						   &given_back, &r);
+
+	/*
+	 * After Redis has the units back, never before: a backend that reads
+	 * the old generation then asked Redis before the refund, and its cached
+	 * denial is void by the bump.
+	 */
+	deny_cache_invalidate(e->key_hash);
+	if (ok)
 	{
 		if (given_back)
 			refund_done_count++;

@@ -41,10 +41,12 @@
 "  local t = redis.call('TIME')\n" \
 "  return tonumber(t[1]) * 1000000 + tonumber(t[2])\n" \
 "end\n" \
-"-- Time at which the live entries from rank r0 on free `need` units.\n" \
+"-- Time at which the live entries from rank r0 on free `need` units, and\n" \
+"-- the time of the first of them (when the count next changes).\n" \
 "local function freeing_time(key, r0, base, need)\n" \
 "  local e = redis.call('ZRANGE', key, r0, r0, 'WITHSCORES')\n" \
-"  if tonumber(e[1]) - base >= need then return tonumber(e[2]) end\n" \
+"  local first = tonumber(e[2])\n" \
+"  if tonumber(e[1]) - base >= need then return first, first end\n" \
 "  local lo, hi = r0 + 1, redis.call('ZCARD', key) - 1\n" \
 "  while lo < hi do\n" \
 "    local mid = math.floor((lo + hi) / 2)\n" \
@@ -52,7 +54,7 @@
 "    if tonumber(e[1]) - base >= need then hi = mid else lo = mid + 1 end\n" \
 "  end\n" \
 "  e = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')\n" \
-"  return tonumber(e[2])\n" \
+"  return tonumber(e[2]), first\n" \
 "end\n" \
 "-- The log up to cutoff: its base (running total before the window) and the\n" \
 "-- rank of the first live entry. When writing, expired entries go and their\n" \
@@ -96,9 +98,12 @@
 /*
  * KEYS[1] log; ARGV lim, win (us), cost, now (us, or '' for Redis TIME),
  * force ('1': record the call even if it is over the limit, for shadow mode).
- * Returns {allowed, remaining, retry_after_us, reset_at_us, used, recorded},
- * where recorded is the score of the entry written, or -1. A forced call over
- * the limit reports allowed = 0 with the retry_after it would have had.
+ * Returns {allowed, remaining, retry_after_us, reset_at_us, used, recorded,
+ * stable_us}, where recorded is the score of the entry written, or -1, and
+ * stable_us (on a denial) is how long the same call would get the same answer
+ * if nothing else wrote to the key: until the oldest entry in the window
+ * leaves it, or retry_after, whichever comes first. A forced call over the
+ * limit reports allowed = 0 with the retry_after it would have had.
  */
 static const char lua_log_attempt[] = LUA_PRELUDE
 "local key = KEYS[1]\n"
@@ -112,12 +117,15 @@ static const char lua_log_attempt[] = LUA_PRELUDE
 "if not ok then\n"
 "  rem = lim - used\n"
 "  if rem < 0 then rem = 0 end\n"
-"  retry = freeing_time(key, r0, base, used + cost - lim) + win - now\n"
-"  if ARGV[5] ~= '1' then return {0, rem, retry, last_ts + win, used, -1} end\n"
+"  local free_at, first = freeing_time(key, r0, base, used + cost - lim)\n"
+"  retry = free_at + win - now\n"
+"  if ARGV[5] ~= '1' then\n"
+"    return {0, rem, retry, last_ts + win, used, -1, math.min(first + win - now, retry)}\n"
+"  end\n"
 "  rem = 0\n"
 "end\n"
 "local ts = record(key, now, last_ts, total, base, r0, cost, win)\n"
-"return {ok and 1 or 0, rem, retry, ts + win, used + cost, ts}\n";
+"return {ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}\n";
 
 /*
  * KEYS[1] log; ARGV ts (the score of an entry this backend recorded), cost,

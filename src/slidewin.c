@@ -18,6 +18,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
 #include "limit.h"
@@ -69,6 +70,14 @@ static void
 assign_redis_url(const char *newval, void *extra)
 {
 	redis_set_target((const RedisTarget *) extra);
+	deny_cache_forget_all();
+}
+
+/* Denials cached under the old prefix are about other Redis keys. */
+static void
+assign_key_prefix(const char *newval, void *extra)
+{
+	deny_cache_forget_all();
 }
 
 static bool
@@ -120,7 +129,7 @@ define_settings(void)
 							   "slidewin:",
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY,
-							   check_key_prefix, NULL, NULL);
+							   check_key_prefix, assign_key_prefix, NULL);
 
 	DefineCustomStringVariable("slidewin.test_now",
 							   gettext_noop("Fixed clock for tests; empty means Redis TIME."),
@@ -191,6 +200,17 @@ define_settings(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("slidewin.deny_cache",
+							 gettext_noop("Answer a sliding_log key known to be denied until time T "
+										  "from backend memory until T."),
+							 gettext_noop("Needs shared_preload_libraries = 'slidewin'; without it "
+										  "every call goes to Redis."),
+							 &slidewin_deny_cache,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("slidewin");
 }
 
@@ -198,6 +218,7 @@ void
 _PG_init(void)
 {
 	define_settings();
+	deny_cache_init();
 	fallback_init();
 	refund_init();
 }
@@ -336,14 +357,20 @@ slidewin_reset(PG_FUNCTION_ARGS)
 	RlArgs		args;
 	RedisResult r;
 
+	bool		done = false;
+
 	limit_check_key(fcinfo, 0, &args);
 	fallback_reset(&args);
 	if (policy_redis_may_be_tried(&r))
 	{
-		if (redis_store_reset(&args, &r))
-			PG_RETURN_VOID();
-		policy_redis_failed(&r);
+		done = redis_store_reset(&args, &r);
+		if (!done)
+			policy_redis_failed(&r);
 	}
+	/* After the DEL: see deny_cache.c. */
+	deny_cache_invalidate(deny_cache_key_hash(args.key, args.keylen));
+	if (done)
+		PG_RETURN_VOID();
 	if (slidewin_on_redis_error == POLICY_ERROR)
 		policy_unavailable_error(&r);
 	ereport(WARNING,

@@ -88,9 +88,10 @@ static void
 read_outcome(RedisResult *r, RlOutcome *o)
 {
 	redisReply *rep = r->reply;
-	int64		v[6];
+	int64		v[7];
 
-	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 6)
+	/* 6 fields; the sliding-log attempt adds a 7th, stable_us */
+	if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 6 || rep->elements > 7)
 	{
 		freeReplyObject(rep);
 		r->reply = NULL;
@@ -98,7 +99,7 @@ read_outcome(RedisResult *r, RlOutcome *o)
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("unexpected reply from Redis to a slidewin script")));
 	}
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < rep->elements; i++)
 	{
 		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
 		{
@@ -110,6 +111,8 @@ read_outcome(RedisResult *r, RlOutcome *o)
 		}
 		v[i] = rep->element[i]->integer;
 	}
+	if (rep->elements == 6)
+		v[6] = 0;
 	freeReplyObject(rep);
 	r->reply = NULL;
 
@@ -119,6 +122,7 @@ read_outcome(RedisResult *r, RlOutcome *o)
 	o->reset_at_us = v[3];
 	o->used = v[4];
 	o->recorded_ts = v[5];
+	o->stable_us = v[6];
 	o->shadowed = false;
 	o->store = "redis";
 	o->known = true;

@@ -204,6 +204,7 @@ start_pg() {
 		echo "fsync = off"
 		echo "max_connections = 100"
 		echo "max_prepared_transactions = 10"
+		echo "shared_preload_libraries = 'slidewin'"
 		if [[ -n $redis_port ]]; then
 			echo "slidewin.redis_url = 'redis://127.0.0.1:$redis_port'"
 		fi

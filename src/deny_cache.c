@@ -1,0 +1,280 @@
+/*-------------------------------------------------------------------------
+ *
+ * deny_cache.c
+ *		Backend-local memory of sliding-log denials.
+ *
+ * When Redis denies a sliding-log call and says capacity returns in R
+ * microseconds, the same call (same key, lim, win and cost) stays denied
+ * for R: entries only leave the window as time passes. Redis also says for
+ * how long S <= R its answer stays the same to the unit (until the oldest
+ * entry in the window leaves it); until then the cache gives that very
+ * answer, with retry_after counting down. What can change it sooner is a
+ * write to the key: rl_reset and the refund of an aborted transaction free
+ * units, and an entry admitted under another cost or limit (or in shadow
+ * mode) moves the denial later. So the cache keeps, per key, the end of the
+ * answer's life and a generation number read before Redis was asked; every
+ * such write bumps that number after it is done, and a cached denial whose
+ * number has moved is void.
+ *
+ * The generation numbers live in shared memory, one per bucket of key
+ * hashes (a bump voids every key of the bucket; that only costs a round
+ * trip). Shared memory needs shared_preload_libraries = 'slidewin'; without
+ * it the cache stays off and every call goes to Redis. A reset or refund in
+ * another backend of this server is therefore seen by the very next call.
+ * One made elsewhere (another PostgreSQL server or an application sharing
+ * the Redis keys), or Redis losing data, is seen when the cached answer
+ * ends at the latest; until then an admission elsewhere can make the cached
+ * retry_after too early (the call is still denied, rightly) and a refund or
+ * reset elsewhere can keep a call denied that Redis would admit. The cache
+ * only ever denies: it never admits.
+ *
+ * The end of a denial is measured on the monotonic clock from a reading
+ * taken before the request was sent, so it can only come before the moment
+ * Redis computed, never after; a step of the wall clock does not move it.
+ * Under slidewin.test_now the test clock is used instead.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <time.h>
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/memutils.h"
+
+#include "deny_cache.h"
+
+bool		slidewin_deny_cache = true;
+int64		deny_cache_hits = 0;
+
+/* Shared: generation numbers, one per bucket of key hashes. */
+#define GEN_BUCKETS 4096
+
+typedef struct DenyShared
+{
+	pg_atomic_uint64 gen[GEN_BUCKETS];
+} DenyShared;
+
+static DenyShared *shared = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Local: a direct-mapped table, one entry per slot; a new key evicts. */
+#define SLOTS 1024
+
+typedef struct DenyEntry
+{
+	char	   *key;			/* NULL: empty slot */
+	int			keylen;
+	int			keycap;			/* bytes allocated at key */
+	uint32		hash;
+	uint64		gen;
+	int64		lim;
+	int64		win_us;
+	int64		cost;
+	int64		until_us;		/* the answer holds while the clock is before this */
+	int64		free_at_us;		/* when the call can pass: retry_after runs to it */
+	bool		test_clock;		/* both are on the test clock */
+	int64		remaining;
+	int64		used;
+	int64		reset_at_us;
+} DenyEntry;
+
+static DenyEntry *slots = NULL;
+static MemoryContext cache_cxt = NULL;
+
+static void
+shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(DenyShared)));
+}
+
+static void
+shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	shared = ShmemInitStruct("slidewin deny cache", sizeof(DenyShared), &found);
+	if (!found)
+		for (int i = 0; i < GEN_BUCKETS; i++)
+			pg_atomic_init_u64(&shared->gen[i], 0);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+deny_cache_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = shmem_startup;
+}
+
+bool
+deny_cache_active(void)
+{
+	return slidewin_deny_cache && shared != NULL;
+}
+
+uint32
+deny_cache_key_hash(const char *key, int keylen)
+{
+	return hash_bytes((const unsigned char *) key, keylen);
+}
+
+static int64
+mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64) ts.tv_sec * USECS_PER_SEC + ts.tv_nsec / 1000;
+}
+
+/* The clock the cache measures by, and whether it is the test clock. */
+static int64
+cache_clock(bool *test_clock)
+{
+	int64		now;
+
+	*test_clock = limit_test_clock(&now);
+	return *test_clock ? now : mono_us();
+}
+
+static void
+clear_slot(DenyEntry *e)
+{
+	if (e->key)
+		pfree(e->key);
+	memset(e, 0, sizeof(DenyEntry));
+}
+
+bool
+deny_cache_lookup(const RlArgs *args, RlOutcome *o)
+{
+	uint32		h;
+	DenyEntry  *e;
+	bool		test_clock;
+	int64		now;
+
+	if (!deny_cache_active() || args->algorithm != ALGO_SLIDING_LOG || slots == NULL)
+		return false;
+	h = deny_cache_key_hash(args->key, args->keylen);
+	e = &slots[h % SLOTS];
+	if (e->key == NULL || e->hash != h || e->keylen != args->keylen ||
+		e->lim != args->lim || e->win_us != args->win_us || e->cost != args->cost ||
+		memcmp(e->key, args->key, args->keylen) != 0)
+		return false;
+	now = cache_clock(&test_clock);
+	if (test_clock != e->test_clock || now >= e->until_us ||
+		pg_atomic_read_u64(&shared->gen[h % GEN_BUCKETS]) != e->gen)
+	{
+		clear_slot(e);
+		return false;
+	}
+	o->allowed = false;
+	o->known = true;
+	o->remaining = e->remaining;
+	o->used = e->used;
+	o->retry_us = e->free_at_us - now;
+	o->reset_at_us = e->reset_at_us;
+	o->store = "redis";
+	o->recorded_ts = -1;
+	o->shadowed = false;
+	o->stable_us = e->until_us - now;
+	deny_cache_hits++;
+	return true;
+}
+
+void
+deny_cache_stamp(const RlArgs *args, DenyStamp *s)
+{
+	/* Writes are tracked whatever this backend's setting: others may cache. */
+	s->track = shared != NULL && args->algorithm == ALGO_SLIDING_LOG;
+	s->usable = s->track && slidewin_deny_cache && !args->force;
+	if (!s->track)
+		return;
+	s->hash = deny_cache_key_hash(args->key, args->keylen);
+	/* Read the generation before the request goes out (see the header). */
+	pg_memory_barrier();
+	s->gen = pg_atomic_read_u64(&shared->gen[s->hash % GEN_BUCKETS]);
+	s->clock_us = cache_clock(&s->test_clock);
+}
+
+void
+deny_cache_remember(const RlArgs *args, const DenyStamp *s, const RlOutcome *o)
+{
+	DenyEntry  *e;
+
+	if (!s->track || strcmp(o->store, "redis") != 0)
+		return;
+
+	/*
+	 * An entry written moves the denials of other costs and limits on the
+	 * key later (and changes their figures): void them, after the write.
+	 */
+	if (o->recorded_ts >= 0)
+	{
+		deny_cache_invalidate(s->hash);
+		return;
+	}
+	if (!s->usable || o->allowed || !o->known || o->retry_us <= 0 || o->stable_us <= 0)
+		return;
+	if (slots == NULL)
+	{
+		cache_cxt = AllocSetContextCreate(TopMemoryContext, "slidewin deny cache",
+										  ALLOCSET_SMALL_SIZES);
+		slots = MemoryContextAllocZero(cache_cxt, SLOTS * sizeof(DenyEntry));
+	}
+	e = &slots[s->hash % SLOTS];
+	if (e->key != NULL && e->keycap < args->keylen)
+		clear_slot(e);
+	if (e->key == NULL)
+	{
+		e->key = MemoryContextAlloc(cache_cxt, args->keylen);
+		e->keycap = args->keylen;
+	}
+	memcpy(e->key, args->key, args->keylen);
+	e->keylen = args->keylen;
+	e->hash = s->hash;
+	e->gen = s->gen;
+	e->lim = args->lim;
+	e->win_us = args->win_us;
+	e->cost = args->cost;
+	e->until_us = s->clock_us + Min(o->retry_us, o->stable_us);
+	e->free_at_us = s->clock_us + o->retry_us;
+	e->test_clock = s->test_clock;
+	e->remaining = o->remaining;
+	e->used = o->used;
+	e->reset_at_us = o->reset_at_us;
+}
+
+void
+deny_cache_invalidate(uint32 h)
+{
+	if (shared != NULL)
+		pg_atomic_fetch_add_u64(&shared->gen[h % GEN_BUCKETS], 1);
+	if (slots != NULL)
+		clear_slot(&slots[h % SLOTS]);
+}
+
+void
+deny_cache_forget_all(void)
+{
+	if (slots == NULL)
+		return;
+	for (int i = 0; i < SLOTS; i++)
+		clear_slot(&slots[i]);
+}

@@ -1,0 +1,55 @@
+/*
+ * deny_cache.h
+ *		Answering a sliding-log key that Redis has denied until time T from
+ *		backend-local memory until T, without a round trip.
+ */
+#ifndef SLIDEWIN_DENY_CACHE_H
+#define SLIDEWIN_DENY_CACHE_H
+
+#include "limit.h"
+
+extern bool slidewin_deny_cache;
+
+/* What a call notes before asking the store: the key's generation and clock. */
+typedef struct DenyStamp
+{
+	bool		track;			/* a write to the key must void cached denials */
+	bool		usable;			/* a denial may be kept */
+	uint32		hash;
+	uint64		gen;
+	int64		clock_us;
+	bool		test_clock;
+} DenyStamp;
+
+/* Called from _PG_init: sets up shared memory when preloaded. */
+extern void deny_cache_init(void);
+
+/* True when the cache can work at all (preloaded and switched on). */
+extern bool deny_cache_active(void);
+
+/*
+ * A denial of exactly this call (key, lim, win, cost), still valid: fills *o
+ * and returns true. Sliding-log calls only; false for anything else.
+ */
+extern bool deny_cache_lookup(const RlArgs *args, RlOutcome *o);
+
+/* Before asking the store; then deny_cache_remember with the outcome. */
+extern void deny_cache_stamp(const RlArgs *args, DenyStamp *s);
+extern void deny_cache_remember(const RlArgs *args, const DenyStamp *s, const RlOutcome *o);
+
+/* The hash of a user's key (not the Redis key) that the cache goes by. */
+extern uint32 deny_cache_key_hash(const char *key, int keylen);
+
+/*
+ * Units of the key with this hash may have been freed (reset, refund):
+ * every backend's cached denial of it is void from now on.
+ */
+extern void deny_cache_invalidate(uint32 key_hash);
+
+/* The Redis server or the key prefix changed: forget this backend's entries. */
+extern void deny_cache_forget_all(void);
+
+/* Calls answered from the cache by this backend. */
+extern int64 deny_cache_hits;
+
+#endif
