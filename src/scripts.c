@@ -60,6 +60,16 @@
 "-- rank of the first live entry. When writing, expired entries go and their\n" \
 "-- total is kept in one entry scored -inf.\n" \
 "local function trim(key, cutoff, write)\n" \
+"  -- the head of the log (O(1)): when its first timed entry is still in the\n" \
+"  -- window, nothing has expired and no search is needed\n" \
+"  local h = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')\n" \
+"  if not h[1] then return 0, 0 end\n" \
+"  local f = 2\n" \
+"  if h[2] == '-inf' then f = 4 end\n" \
+"  if not h[f] or tonumber(h[f]) > cutoff then\n" \
+"    if f == 4 then return tonumber(h[1]), 1 end\n" \
+"    return 0, 0\n" \
+"  end\n" \
 "  local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)\n" \
 "  if not old[1] then return 0, 0 end\n" \
 "  if old[2] ~= '-inf' and write then\n" \
@@ -70,7 +80,7 @@
 "end\n" \
 "-- The newest running total and its time (nil if the log holds no entry).\n" \
 "local function newest(key, base)\n" \
-"  local n = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n" \
+"  local n = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')\n" \
 "  if n[1] and n[2] ~= '-inf' then return tonumber(n[1]), tonumber(n[2]) end\n" \
 "  return base, nil\n" \
 "end\n" \
