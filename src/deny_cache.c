@@ -50,7 +50,6 @@
 #include "deny_cache.h"
 
 bool		slidewin_deny_cache = true;
-int64		deny_cache_hits = 0;
 
 /* Shared: generation numbers, one per bucket of key hashes. */
 #define GEN_BUCKETS 4096
@@ -194,7 +193,6 @@ deny_cache_lookup(const RlArgs *args, RlOutcome *o)
 	o->recorded_ts = -1;
 	o->shadowed = false;
 	o->stable_us = e->until_us - now;
-	deny_cache_hits++;
 	return true;
 }
 
@@ -210,7 +208,8 @@ deny_cache_stamp(const RlArgs *args, DenyStamp *s)
 	/* Read the generation before the request goes out (see the header). */
 	pg_memory_barrier();
 	s->gen = pg_atomic_read_u64(&shared->gen[s->hash % GEN_BUCKETS]);
-	s->clock_us = cache_clock(&s->test_clock);
+	if (s->usable)
+		s->clock_us = cache_clock(&s->test_clock);
 }
 
 void

@@ -49,7 +49,4 @@ extern void deny_cache_invalidate(uint32 key_hash);
 /* The Redis server or the key prefix changed: forget this backend's entries. */
 extern void deny_cache_forget_all(void);
 
-/* Calls answered from the cache by this backend. */
-extern int64 deny_cache_hits;
-
 #endif
