@@ -19,6 +19,15 @@ REGRESS = $(patsubst sql/%.sql,%,$(sort $(filter-out sql/slidewin--%,$(wildcard 
 REGRESS_OPTS = --inputdir=. --load-extension=slidewin
 
 # Debian installs several server versions side by side; prefer 15.
+#
+# SLIDEWIN_PRIVATE_ROOT=DIR builds, installs and tests against a private copy
+# of the PostgreSQL installation under DIR (made by test/private_pg.sh), so
+# the system's library directory is never touched.
+ifneq ($(SLIDEWIN_PRIVATE_ROOT),)
+override SLIDEWIN_PRIVATE_ROOT := $(abspath $(SLIDEWIN_PRIVATE_ROOT))
+PG_CONFIG := $(SLIDEWIN_PRIVATE_ROOT)/usr/lib/postgresql/15/bin/pg_config
+export SLIDEWIN_PRIVATE_ROOT PG_CONFIG
+endif
 PG_CONFIG ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)
@@ -35,6 +44,9 @@ endif
 
 deps:
 	@bash test/deps.sh
+ifneq ($(SLIDEWIN_PRIVATE_ROOT),)
+	@bash test/private_pg.sh $(SLIDEWIN_PRIVATE_ROOT) >/dev/null
+endif
 
 demo: deps
 	$(MAKE) all
