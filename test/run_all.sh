@@ -23,6 +23,8 @@
 #   SLIDEWIN_SUITE_TIMEOUT seconds for pg_regress or isolation (default 900)
 #   SLIDEWIN_TAP_TIMEOUT   seconds for one TAP file (default 600)
 #   SLIDEWIN_KEEP=1        keep the work directory (logs, data) afterwards
+#   SLIDEWIN_ONLY=REGEX    run only the tests whose names match (egrep); the
+#                          benchmark smoke runs only if "bench" matches
 #   PG_TEST_PORT_DIR       port lock directory shared with other runs (default:
 #                          one per run, so parallel runs only have bind checks)
 #
@@ -156,6 +158,12 @@ list_names() {
 mapfile -t regress_tests < <(list_names "$repo/sql" .sql | grep -v '^slidewin--')
 mapfile -t isolation_tests < <(list_names "$repo/test/isolation/specs" .spec)
 mapfile -t tap_tests < <(list_names "$repo/test/t" .pl)
+if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
+	mapfile -t regress_tests < <(printf '%s\n' "${regress_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
+	mapfile -t isolation_tests < <(printf '%s\n' "${isolation_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
+	mapfile -t tap_tests < <(printf '%s\n' "${tap_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
+	echo "SLIDEWIN_ONLY=$SLIDEWIN_ONLY: a partial run"
+fi
 
 echo "found ${#regress_tests[@]} regression tests, ${#isolation_tests[@]} isolation specs, ${#tap_tests[@]} TAP files"
 if ((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_tests[@]} == 0)); then
@@ -333,6 +341,10 @@ run_tap_suite "${tap_tests[@]}"
 # `make bench` is not part of the tests, but a short run of every workload is,
 # so that the benchmark cannot rot. It checks that each workload runs, not the
 # performance targets.
+if [[ -n ${SLIDEWIN_ONLY:-} ]] && ! grep -Eq -- "$SLIDEWIN_ONLY" <<<bench; then
+	finished=1
+	exit 0
+fi
 banner "bench smoke (test/bench/run.sh --smoke)"
 if timeout -k 15 300 bash "$repo/test/bench/run.sh" --smoke >"$work/bench_smoke.out" 2>&1; then
 	tail -n 3 "$work/bench_smoke.out"
