@@ -345,7 +345,7 @@ scan_next(FbScan *s, IndexScanDesc scan, ScanDirection dir, FbEntry *e)
 
 	if (!index_getnext_slot(scan, dir, s->slot))
 	{
-		e->found = false;
+		memset(e, 0, sizeof(FbEntry));
 		return false;
 	}
 	e->found = true;
@@ -502,16 +502,27 @@ read_state(FbScan *s, const RlArgs *args, FbState *st)
 		w->cutoff = st->now - w->win;
 		scan_first(s, IDX_KEY_TS, ForwardScanDirection, BTGreaterStrategyNumber,
 				   w->cutoff, &first);
-		if (first.found)
-		{
-			w->base = first.total - first.cost;
+
+		/*
+		 * A peek holds no key lock, so a writer may commit between the
+		 * scans: a first row newer than the newest means the newest must be
+		 * read again (totals only grow, so it is then at least first's).
+		 */
+		if (first.found && (!st->newest.found || first.total > st->newest.total))
+			scan_first(s, IDX_KEY_TS, BackwardScanDirection, InvalidStrategy, 0,
+					   &st->newest);
+		w->used = first.found ? 1 : 0; /* marks a window with a live row */
+		w->base = first.found ? first.total - first.cost : -1;
+	}
+	/* Only now is the newest row final. */
+	for (int i = 0; i < st->n; i++)
+	{
+		FbWindow   *w = &st->w[i];
+
+		if (w->used)
 			w->used = st->newest.total - w->base;
-		}
 		else
-		{
 			w->base = st->newest.found ? st->newest.total : 0;
-			w->used = 0;
-		}
 	}
 	st->now_after = fallback_now();
 }
@@ -688,39 +699,75 @@ log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
 #define ST_ATT_B 5
 #define ST_ATT_EXPIRES 6
 
+/* Rows of one key a reader may see at once: the live one plus expired ones
+ * that sweeps are deleting; more would mean sweeps are failing for good. */
+#define ST_MAX_SEEN 16
+
 typedef struct StRow
 {
-	bool		found;
+	bool		found;			/* a live row was seen; s, a, b are its values */
 	int64		s;
 	double		a;
 	double		b;
-	ItemPointerData tid;
+	int			nseen;			/* every row seen, live or expired */
+	ItemPointerData seen[ST_MAX_SEEN];
 } StRow;
 
+/*
+ * The key's state: the one live row (expires > now) of (key, algo).
+ *
+ * Writers hold the key's lock and replace the row, but a sweep deletes
+ * expired rows without that lock, so an expired row can still be visible
+ * (SnapshotSelf shows a row whose deleter has not committed, and a sweep
+ * that aborts brings it back) next to the row that replaced it. An expired
+ * row says nothing a missing row would not (every algorithm's window or
+ * bucket has moved past it), so readers skip it, and no key is ever
+ * readable in two versions. Should two live rows ever be visible (a sweep
+ * whose clock ran microseconds ahead of the writer's), the state only moves
+ * forward, so the greater (s, a) is the newer one. Every row seen is listed
+ * in *r so that the writer can delete them all.
+ */
 static void
-state_read(FbScan *s, int algo, StRow *r)
+state_read(FbScan *s, int algo, int64 now, StRow *r)
 {
 	ScanKeyData sk[2];
 	IndexScanDesc scan;
 	bool		isnull;
 
+	memset(r, 0, sizeof(StRow));
 	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
 	ScanKeyEntryInitialize(&sk[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
 						   InvalidOid, F_INT2EQ, Int16GetDatum((int16) algo));
 	scan = index_beginscan(s->rel, s->idx[IDX_KEY_TS], SnapshotSelf, 2, 0);
 	index_rescan(scan, sk, 2, NULL, 0);
-	r->found = index_getnext_slot(scan, ForwardScanDirection, s->slot);
-	if (r->found)
+	while (index_getnext_slot(scan, ForwardScanDirection, s->slot))
 	{
-		r->s = DatumGetInt64(slot_getattr(s->slot, ST_ATT_S, &isnull));
-		r->a = DatumGetFloat8(slot_getattr(s->slot, ST_ATT_A, &isnull));
-		r->b = DatumGetFloat8(slot_getattr(s->slot, ST_ATT_B, &isnull));
-		r->tid = s->slot->tts_tid;
+		int64		rs = DatumGetInt64(slot_getattr(s->slot, ST_ATT_S, &isnull));
+		double		ra = DatumGetFloat8(slot_getattr(s->slot, ST_ATT_A, &isnull));
+		double		rb = DatumGetFloat8(slot_getattr(s->slot, ST_ATT_B, &isnull));
+		int64		rexp = DatumGetInt64(slot_getattr(s->slot, ST_ATT_EXPIRES, &isnull));
+
+		if (r->nseen < ST_MAX_SEEN)
+			r->seen[r->nseen++] = s->slot->tts_tid;
+		if (rexp <= now)
+			continue;
+		if (!r->found || rs > r->s || (rs == r->s && ra > r->a))
+		{
+			r->found = true;
+			r->s = rs;
+			r->a = ra;
+			r->b = rb;
+		}
 	}
 	index_endscan(scan);
 }
 
+/*
+ * Replace the key's state. The caller holds the key's lock, so no other
+ * writer can be deleting these rows; a delete that fails is a sweep's, on
+ * an expired row that readers skip anyway.
+ */
 static void
 state_write(FbScan *s, int algo, const StRow *old, int64 st, double a, double b, int64 expires)
 {
@@ -730,8 +777,8 @@ state_write(FbScan *s, int algo, const StRow *old, int64 st, double a, double b,
 	Datum		ivalues[2];
 	bool		inulls[2] = {false, false};
 
-	if (old->found)
-		try_delete(s, (ItemPointer) &old->tid);
+	for (int i = 0; i < old->nseen; i++)
+		(void) try_delete(s, (ItemPointer) &old->seen[i]);
 	values[ST_ATT_KEY - 1] = PointerGetDatum(s->key);
 	values[ST_ATT_ALGO - 1] = Int16GetDatum((int16) algo);
 	values[ST_ATT_S - 1] = Int64GetDatum(st);
@@ -779,7 +826,7 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 				nb = 0;
 	int64		expires = 0;
 
-	state_read(s, algo, &r);
+	state_read(s, algo, now, &r);
 	o->store = "fallback";
 	o->known = true;
 	o->recorded_ts = -1;
