@@ -43,3 +43,17 @@ SET slidewin.command_timeout = 0;
 SET slidewin.connect_timeout = '2min';
 SHOW slidewin.command_timeout;
 SHOW slidewin.connect_timeout;
+
+-- the circuit breaker belongs to the server that failed: once the URL points
+-- elsewhere, the next call tries the new server at once
+SET slidewin.on_redis_error = 'fallback';
+SET slidewin.redis_retry_interval = '1h';
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SELECT allowed, store FROM rl_attempt('breaker', 5, '1 minute');
+-- the same server: the breaker holds
+SELECT allowed, store FROM rl_attempt('breaker', 5, '1 minute');
+RESET slidewin.redis_url;
+SELECT allowed, store FROM rl_attempt('breaker', 5, '1 minute');
+SELECT rl_reset('breaker');
+RESET slidewin.redis_retry_interval;
+RESET slidewin.on_redis_error;

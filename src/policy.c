@@ -52,16 +52,22 @@ policy_from_name(const char *name, const char *argname)
  * Circuit breaker: after a failure this backend leaves Redis alone for
  * slidewin.redis_retry_interval, so that a dead Redis costs one connection
  * attempt per interval, not one per call. The failure time is kept rather
- * than a deadline, so that a changed interval takes effect at once.
+ * than a deadline, so that a changed interval takes effect at once. A
+ * failure belongs to the target it happened on: once slidewin.redis_url
+ * (or anything else that says where to connect) changes, the breaker is
+ * clean again.
  */
 static TimestampTz redis_failed_at = 0;
 static bool redis_has_failed = false;
+static uint64 redis_failed_generation = 0;
 static RedisStatus last_failure_status = RS_FAIL_CONNECT;
 static char last_failure[256];
 
 bool
 policy_redis_may_be_tried(RedisResult *r)
 {
+	if (redis_has_failed && redis_failed_generation != redis_target_generation)
+		redis_has_failed = false;
 	if (!redis_has_failed ||
 		GetCurrentTimestamp() >= TimestampTzPlusMilliseconds(redis_failed_at,
 															 slidewin_redis_retry_interval))
@@ -81,6 +87,7 @@ policy_redis_failed(const RedisResult *r)
 	strlcpy(last_failure, r->message, sizeof(last_failure));
 	redis_failed_at = GetCurrentTimestamp();
 	redis_has_failed = true;
+	redis_failed_generation = redis_target_generation;
 }
 
 void

@@ -49,6 +49,9 @@ static RedisConn conn;
 static RedisTarget target;
 static bool target_set = false;
 
+/* Bumped whenever the target changes, so that callers can tell (see policy.c). */
+uint64		redis_target_generation = 0;
+
 typedef enum WaitOutcome
 {
 	WAIT_READY,
@@ -278,6 +281,7 @@ redis_set_target(const RedisTarget *t)
 	if (t == NULL)
 	{
 		target_set = false;
+		redis_target_generation++;
 		redis_disconnect();
 		return;
 	}
@@ -285,6 +289,7 @@ redis_set_target(const RedisTarget *t)
 		return;
 	target = *t;
 	target_set = true;
+	redis_target_generation++;
 	/* The next call connects to the new place. */
 	redis_disconnect();
 }

@@ -43,6 +43,9 @@ typedef struct RedisTarget
 extern int	slidewin_connect_timeout;
 extern int	slidewin_command_timeout;
 
+/* Changes whenever the place slidewin connects to changes. */
+extern uint64 redis_target_generation;
+
 extern bool redis_parse_url(const char *url, RedisTarget *target,
 							const char **why);
 extern void redis_set_target(const RedisTarget *target);
