@@ -80,3 +80,28 @@ SELECT count(*) AS rows_left FROM rl_fallback_log;
 SELECT store FROM rl_attempt('after', 10, '1 second');
 SELECT count(*) AS rows_left FROM rl_fallback_log;
 SELECT rl_reset('after');
+
+-- READ ONLY transactions (PostgREST runs GET requests in them) are counted
+-- like any other: the fallback writes its rows there, and so does the sweep
+-- that follows an outage. Both are internal bookkeeping of an unlogged table,
+-- as Redis's own writes are; a limiter that stopped counting in read-only
+-- transactions would let every GET through.
+TRUNCATE rl_fallback_log;
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SET slidewin.test_now = '2031-01-04 00:00:00+00';
+BEGIN READ ONLY;
+SELECT store, count(*) FILTER (WHERE allowed) AS admitted
+  FROM generate_series(1, 80) g, rl_attempt('ro' || g % 2, 30, '1 second') GROUP BY store;
+COMMIT;
+BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY;
+SELECT allowed, remaining, store FROM rl_attempt('ro0', 31, '1 second');
+COMMIT;
+SELECT count(*) AS rows_kept FROM rl_fallback_log;
+RESET slidewin.redis_url;
+SET slidewin.test_now = '2031-01-04 00:00:05+00';
+BEGIN READ ONLY;
+SELECT store FROM rl_attempt('after_ro', 10, '1 second');
+SELECT count(*) AS rows_left FROM rl_fallback_log;
+COMMIT;
+SELECT rl_reset('after_ro');
+RESET slidewin.test_now;

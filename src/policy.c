@@ -130,14 +130,16 @@ policy_outcome(bool allowed, RlOutcome *o)
  * Set once this backend has written to the fallback store. The store cleans
  * itself while it is used; when Redis answers again, this backend finishes
  * the job a few dozen rows per call, so that the rows of an outage do not
- * outlive their windows. Never in a read-only transaction.
+ * outlive their windows. Read-only transactions sweep too, as they write
+ * fallback rows: both are the limiter's own bookkeeping in an unlogged
+ * table, not the user's data (README, "When Redis cannot answer").
  */
 static bool fallback_dirty = false;
 
 static void
 after_redis_success(void)
 {
-	if (fallback_dirty && !XactReadOnly && !RecoveryInProgress())
+	if (fallback_dirty && !RecoveryInProgress())
 		fallback_dirty = fallback_sweep(64);
 }
 
