@@ -33,6 +33,21 @@
  * Redis computed, never after; a step of the wall clock does not move it.
  * Under slidewin.test_now the test clock is used instead.
  *
+ * Known denials. The local cache serves one backend; when Redis becomes
+ * unreachable, every other backend of the server would go to the fallback
+ * store, whose log knows nothing of what Redis counted, and admit a key that
+ * Redis had just denied. So every denial Redis gives (any algorithm) is also
+ * kept in a small direct-mapped table in the same shared memory: the key
+ * (a 64-bit hash of the prefix and key), its rule (algorithm, lim, win), the
+ * cost denied, the generation read before Redis was asked, and when capacity
+ * returns. The fallback path consults it first (policy.c) and denies a call
+ * of that rule and at least that cost until then, unless a reset or refund
+ * has bumped the generation since. A newer denial of another key that lands
+ * on the same slot replaces the older one: the table bounds memory, not the
+ * number of keys, and a forgotten denial only means the fallback decides
+ * alone, as it did before. Each slot has a spinlock; writers hold it for a
+ * copy of a few words, and the hot path takes it only when Redis denies.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -45,18 +60,41 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/memutils.h"
 
 #include "deny_cache.h"
+#include "store_redis.h"
 
 bool		slidewin_deny_cache = true;
 
 /* Shared: generation numbers, one per bucket of key hashes. */
 #define GEN_BUCKETS 4096
 
+/* Shared: denials Redis gave, for the fallback path of every backend. */
+#define KNOWN_SLOTS 1024
+
+typedef struct KnownDenial
+{
+	slock_t		mutex;
+	uint64		keyhash;		/* of prefix and key; 0: empty slot */
+	uint32		hash;			/* the key's deny_cache_key_hash, for gen */
+	uint64		gen;
+	int			algorithm;
+	int64		lim;
+	int64		win_us;
+	int64		cost;			/* calls of at least this cost are denied */
+	bool		test_clock;
+	int64		until_us;		/* on cache_clock(): capacity returns */
+	int64		remaining;
+	int64		used;
+	int64		reset_at_us;
+} KnownDenial;
+
 typedef struct DenyShared
 {
 	pg_atomic_uint64 gen[GEN_BUCKETS];
+	KnownDenial known[KNOWN_SLOTS];
 } DenyShared;
 
 static DenyShared *shared = NULL;
@@ -105,8 +143,13 @@ shmem_startup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	shared = ShmemInitStruct("slidewin deny cache", sizeof(DenyShared), &found);
 	if (!found)
+	{
 		for (int i = 0; i < GEN_BUCKETS; i++)
 			pg_atomic_init_u64(&shared->gen[i], 0);
+		memset(shared->known, 0, sizeof(shared->known));
+		for (int i = 0; i < KNOWN_SLOTS; i++)
+			SpinLockInit(&shared->known[i].mutex);
+	}
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -199,17 +242,93 @@ deny_cache_lookup(const RlArgs *args, RlOutcome *o)
 void
 deny_cache_stamp(const RlArgs *args, DenyStamp *s)
 {
+	s->known = shared != NULL && !args->force;
 	/* Writes are tracked whatever this backend's setting: others may cache. */
 	s->track = shared != NULL && args->algorithm == ALGO_SLIDING_LOG;
 	s->usable = s->track && slidewin_deny_cache && !args->force;
-	if (!s->track)
+	if (!s->track && !s->known)
 		return;
 	s->hash = deny_cache_key_hash(args->key, args->keylen);
 	/* Read the generation before the request goes out (see the header). */
 	pg_memory_barrier();
 	s->gen = pg_atomic_read_u64(&shared->gen[s->hash % GEN_BUCKETS]);
-	if (s->usable)
+	if (s->usable || s->known)
 		s->clock_us = cache_clock(&s->test_clock);
+}
+
+/* The known-denial identity of a key: its prefix and the key itself. */
+static uint64
+known_keyhash(const RlArgs *args)
+{
+	const char *prefix = slidewin_key_prefix ? slidewin_key_prefix : "";
+	uint64		h;
+
+	h = hash_bytes_extended((const unsigned char *) prefix, strlen(prefix), 0);
+	h = hash_bytes_extended((const unsigned char *) args->key, args->keylen, h);
+	return h == 0 ? 1 : h;
+}
+
+static void
+remember_known(const RlArgs *args, const DenyStamp *s, const RlOutcome *o)
+{
+	uint64		kh = known_keyhash(args);
+	KnownDenial *k = &shared->known[kh % KNOWN_SLOTS];
+
+	SpinLockAcquire(&k->mutex);
+	k->keyhash = kh;
+	k->hash = s->hash;
+	k->gen = s->gen;
+	k->algorithm = (int) args->algorithm;
+	k->lim = args->lim;
+	k->win_us = args->win_us;
+	k->cost = args->cost;
+	k->test_clock = s->test_clock;
+	k->until_us = s->clock_us + o->retry_us;
+	k->remaining = o->remaining;
+	k->used = o->used;
+	k->reset_at_us = o->reset_at_us;
+	SpinLockRelease(&k->mutex);
+}
+
+bool
+deny_cache_known_denial(const RlArgs *args, RlOutcome *o)
+{
+	uint64		kh;
+	KnownDenial *k;
+	KnownDenial copy;
+	bool		test_clock;
+	int64		now;
+
+	if (shared == NULL)
+		return false;
+	kh = known_keyhash(args);
+	k = &shared->known[kh % KNOWN_SLOTS];
+	SpinLockAcquire(&k->mutex);
+	copy = *k;
+	SpinLockRelease(&k->mutex);
+
+	if (copy.keyhash != kh || copy.algorithm != (int) args->algorithm ||
+		copy.lim != args->lim || copy.win_us != args->win_us ||
+		args->cost < copy.cost)
+		return false;
+	/* rl_attempt_multi: every window must match, not just the summary */
+	if (args->algorithm == ALGO_MULTI_LOG)
+		return false;
+	now = cache_clock(&test_clock);
+	if (test_clock != copy.test_clock || now >= copy.until_us ||
+		pg_atomic_read_u64(&shared->gen[copy.hash % GEN_BUCKETS]) != copy.gen)
+		return false;
+	o->allowed = false;
+	o->known = true;
+	o->remaining = copy.remaining;
+	o->used = copy.used;
+	o->retry_us = copy.until_us - now;
+	o->reset_at_us = copy.reset_at_us;
+	o->store = "fallback";
+	o->recorded_ts = -1;
+	o->shadowed = false;
+	o->stable_us = 0;
+	return true;
 }
 
 void
@@ -217,7 +336,12 @@ deny_cache_remember(const RlArgs *args, const DenyStamp *s, const RlOutcome *o)
 {
 	DenyEntry  *e;
 
-	if (!s->track || strcmp(o->store, "redis") != 0)
+	if ((!s->track && !s->known) || strcmp(o->store, "redis") != 0)
+		return;
+	if (s->known && !o->allowed && o->known && o->retry_us > 0 &&
+		args->algorithm != ALGO_MULTI_LOG)
+		remember_known(args, s, o);
+	if (!s->track)
 		return;
 
 	/*

@@ -13,6 +13,7 @@ extern bool slidewin_deny_cache;
 /* What a call notes before asking the store: the key's generation and clock. */
 typedef struct DenyStamp
 {
+	bool		known;			/* a denial may be kept for the fallback path */
 	bool		track;			/* a write to the key must void cached denials */
 	bool		usable;			/* a denial may be kept */
 	uint32		hash;
@@ -36,6 +37,13 @@ extern bool deny_cache_lookup(const RlArgs *args, RlOutcome *o);
 /* Before asking the store; then deny_cache_remember with the outcome. */
 extern void deny_cache_stamp(const RlArgs *args, DenyStamp *s);
 extern void deny_cache_remember(const RlArgs *args, const DenyStamp *s, const RlOutcome *o);
+
+/*
+ * A denial Redis gave to this key and rule (in any backend of this server)
+ * that still holds for a call of this cost: fills *o (store "fallback") and
+ * returns true. For the fallback path, which cannot see Redis's counts.
+ */
+extern bool deny_cache_known_denial(const RlArgs *args, RlOutcome *o);
 
 /* The hash of a user's key (not the Redis key) that the cache goes by. */
 extern uint32 deny_cache_key_hash(const char *key, int keylen);

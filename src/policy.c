@@ -19,6 +19,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "deny_cache.h"
 #include "fallback.h"
 #include "policy.h"
 
@@ -32,6 +33,15 @@ const struct config_enum_entry policy_options[] = {
 
 int			slidewin_on_redis_error = POLICY_FALLBACK;
 int			slidewin_redis_retry_interval = 1000;
+int			slidewin_standby_fallback = POLICY_ERROR;
+
+/* What the fallback policy means on a hot standby, where no store can write. */
+const struct config_enum_entry standby_fallback_options[] = {
+	{"allow", POLICY_ALLOW, false},
+	{"deny", POLICY_DENY, false},
+	{"error", POLICY_ERROR, false},
+	{NULL, 0, false}
+};
 
 int
 policy_from_name(const char *name, const char *argname)
@@ -157,6 +167,28 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 			return;
 		}
 		policy_redis_failed(&r);
+	}
+
+	/*
+	 * The fallback store cannot see what Redis counted, but it must not
+	 * admit a call Redis has just denied (deny_cache.c, "Known denials").
+	 */
+	if (policy == POLICY_FALLBACK && deny_cache_known_denial(args, o))
+		return;
+
+	/*
+	 * A hot standby cannot write its unlogged tables (they have no data
+	 * there), so the fallback becomes what slidewin.standby_fallback says.
+	 */
+	if (policy == POLICY_FALLBACK && RecoveryInProgress())
+	{
+		policy = slidewin_standby_fallback;
+		if (policy == POLICY_ERROR)
+			ereport(ERROR,
+					(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+					 errmsg("slidewin cannot use its fallback store on a standby"),
+					 errdetail_internal("%s", r.message),
+					 errhint("Set slidewin.standby_fallback to allow or deny to choose the answer a standby gives while Redis cannot answer.")));
 	}
 
 	switch (policy)

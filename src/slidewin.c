@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -147,6 +148,18 @@ define_settings(void)
 							 &slidewin_on_redis_error,
 							 POLICY_FALLBACK,
 							 policy_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("slidewin.standby_fallback",
+							 gettext_noop("What the fallback policy does on a hot standby while Redis cannot answer."),
+							 gettext_noop("A standby cannot write the fallback store: allow or deny answer "
+										  "without a store, error raises SQLSTATE 25006. Denials Redis gave "
+										  "are honoured first."),
+							 &slidewin_standby_fallback,
+							 POLICY_ERROR,
+							 standby_fallback_options,
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
@@ -360,7 +373,9 @@ slidewin_reset(PG_FUNCTION_ARGS)
 	bool		done = false;
 
 	limit_check_key(fcinfo, 0, &args);
-	fallback_reset(&args);
+	/* A standby's fallback store is empty, and cannot be written. */
+	if (!RecoveryInProgress())
+		fallback_reset(&args);
 	if (policy_redis_may_be_tried(&r))
 	{
 		done = redis_store_reset(&args, &r);

@@ -79,17 +79,18 @@ sub start_redis
 	return $self;
 }
 
-# new_node($name, $redis [, $extra_conf]): an initialised, started node with
-# slidewin.redis_url pointing at $redis (a SlidewinTest::Redis or a port; undef
-# for none) and the extension created in database postgres.  $extra_conf is a
-# string or an array ref of postgresql.conf lines.
+# new_node($name, $redis [, $extra_conf [, \%init_opts]]): an initialised,
+# started node with slidewin.redis_url pointing at $redis (a
+# SlidewinTest::Redis or a port; undef for none) and the extension created in
+# database postgres.  $extra_conf is a string or an array ref of
+# postgresql.conf lines; %init_opts go to Cluster's init (allows_streaming).
 sub new_node
 {
-	my ($name, $redis, $extra_conf) = @_;
+	my ($name, $redis, $extra_conf, $init_opts) = @_;
 	my $port = ref $redis ? $redis->port : $redis;
 
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
+	$node->init(%{ $init_opts // {} });
 
 	my $conf = '';
 	$conf .= "slidewin.redis_url = 'redis://127.0.0.1:$port'\n"
