@@ -21,6 +21,7 @@
 #include "postgres.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -33,6 +34,7 @@
 
 int			slidewin_connect_timeout = 200;
 int			slidewin_command_timeout = 100;
+char	   *slidewin_redis_password_file = NULL;
 
 typedef struct RedisConn
 {
@@ -61,218 +63,12 @@ typedef enum WaitOutcome
 static void set_message(RedisResult *result, RedisStatus status,
 						const char *what, const char *detail);
 
-/* ---------------------------------------------------------------------
- * URL parsing
- * ---------------------------------------------------------------------
- */
-
-static int
-hexval(char c)
+/* The credentials may have changed: the next call connects and logs in anew. */
+void
+redis_credentials_changed(void)
 {
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* Copy [src, src+len) into dst, undoing %XX escapes. */
-static bool
-copy_decoded(char *dst, size_t dstsize, const char *src, size_t len)
-{
-	size_t		o = 0;
-
-	for (size_t i = 0; i < len; i++)
-	{
-		char		c = src[i];
-
-		if (c == '%')
-		{
-			int			hi,
-						lo;
-
-			if (i + 2 >= len)
-				return false;
-			hi = hexval(src[i + 1]);
-			lo = hexval(src[i + 2]);
-			if (hi < 0 || lo < 0)
-				return false;
-			c = (char) (hi * 16 + lo);
-			i += 2;
-		}
-		if (o + 1 >= dstsize)
-			return false;
-		dst[o++] = c;
-	}
-	dst[o] = '\0';
-	return true;
-}
-
-static bool
-parse_int_range(const char *s, size_t len, int lo, int hi, int *out)
-{
-	long		v = 0;
-
-	if (len == 0 || len > 9)
-		return false;
-	for (size_t i = 0; i < len; i++)
-	{
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		v = v * 10 + (s[i] - '0');
-	}
-	if (v < lo || v > hi)
-		return false;
-	*out = (int) v;
-	return true;
-}
-
-/* "user:password", ":password" or "password" */
-static bool
-parse_userinfo(const char *s, size_t len, RedisTarget *t)
-{
-	const char *colon = memchr(s, ':', len);
-
-	if (colon == NULL)
-		return copy_decoded(t->password, sizeof(t->password), s, len);
-	if (!copy_decoded(t->user, sizeof(t->user), s, colon - s))
-		return false;
-	return copy_decoded(t->password, sizeof(t->password), colon + 1,
-						len - (colon - s) - 1);
-}
-
-/*
- * Parse redis://[[user]:password@]host[:port][/db] or
- * unix://[[user]:password@]/path/to/socket[?db=N].
- * Runs in a GUC check hook: no palloc'd results, no ereport.
- */
-bool
-redis_parse_url(const char *url, RedisTarget *t, const char **why)
-{
-	const char *p;
-	const char *at;
-
-	memset(t, 0, sizeof(*t));
-	t->port = 6379;
-
-	if (strncmp(url, "redis://", 8) == 0)
-	{
-		const char *end;
-		const char *slash;
-		const char *hostend;
-
-		p = url + 8;
-		end = p + strlen(p);
-		slash = strchr(p, '/');
-		at = NULL;
-		for (const char *q = p; q < (slash ? slash : end); q++)
-			if (*q == '@')
-				at = q;
-		if (at)
-		{
-			if (!parse_userinfo(p, at - p, t))
-			{
-				*why = "The user or password part is malformed or too long.";
-				return false;
-			}
-			p = at + 1;
-			slash = strchr(p, '/');
-		}
-		hostend = slash ? slash : end;
-		if (*p == '[')
-		{
-			const char *rb = memchr(p, ']', hostend - p);
-
-			if (rb == NULL || rb - p - 1 <= 0 || (size_t) (rb - p - 1) >= sizeof(t->host))
-			{
-				*why = "The bracketed IPv6 host is malformed.";
-				return false;
-			}
-			memcpy(t->host, p + 1, rb - p - 1);
-			p = rb + 1;
-			if (p < hostend && *p != ':')
-			{
-				*why = "Expected \":port\" after the IPv6 host.";
-				return false;
-			}
-		}
-		else
-		{
-			const char *colon = memchr(p, ':', hostend - p);
-			const char *hend = colon ? colon : hostend;
-
-			if (hend == p || (size_t) (hend - p) >= sizeof(t->host))
-			{
-				*why = "The host is empty or too long.";
-				return false;
-			}
-			memcpy(t->host, p, hend - p);
-			p = hend;
-		}
-		if (p < hostend && *p == ':')
-		{
-			if (!parse_int_range(p + 1, hostend - p - 1, 1, 65535, &t->port))
-			{
-				*why = "The port must be a number from 1 to 65535.";
-				return false;
-			}
-		}
-		if (slash && slash[1] != '\0')
-		{
-			if (!parse_int_range(slash + 1, strlen(slash + 1), 0, 1000000, &t->db))
-			{
-				*why = "The database must be a non-negative number.";
-				return false;
-			}
-		}
-		return true;
-	}
-
-	if (strncmp(url, "unix://", 7) == 0)
-	{
-		const char *q;
-
-		p = url + 7;
-		at = NULL;
-		if (*p != '/')
-		{
-			at = strchr(p, '@');
-			if (at == NULL || !parse_userinfo(p, at - p, t))
-			{
-				*why = "Expected unix:///path/to/socket or unix://:password@/path.";
-				return false;
-			}
-			p = at + 1;
-		}
-		if (*p != '/')
-		{
-			*why = "The socket path must be absolute.";
-			return false;
-		}
-		q = strchr(p, '?');
-		if ((size_t) ((q ? q : p + strlen(p)) - p) >= sizeof(t->path))
-		{
-			*why = "The socket path is too long.";
-			return false;
-		}
-		memcpy(t->path, p, (q ? q : p + strlen(p)) - p);
-		if (q)
-		{
-			if (strncmp(q, "?db=", 4) != 0 ||
-				!parse_int_range(q + 4, strlen(q + 4), 0, 1000000, &t->db))
-			{
-				*why = "The only query parameter is db=N, a non-negative number.";
-				return false;
-			}
-		}
-		t->is_unix = true;
-		return true;
-	}
-
-	*why = "The URL must start with redis:// or unix://.";
-	return false;
+	redis_target_generation++;
+	redis_disconnect();
 }
 
 void
@@ -452,6 +248,74 @@ setup_command(int argc, const char **argv, RedisResult *result)
 	return true;
 }
 
+/*
+ * The password for the target from slidewin.redis_password_file: 1 found,
+ * 0 none (no file set, or no line matches), -1 the file cannot be used
+ * (cause in *result). Like libpq's password file, it must not be readable
+ * by group or others; it is read on every connect, so a new password takes
+ * effect at the next connection.
+ */
+static int
+password_from_file(char *out, size_t outsize, RedisResult *result)
+{
+	const char *path = slidewin_redis_password_file;
+	FILE	   *f;
+	struct stat st;
+	char		line[2048];
+	int			found = 0;
+	bool		skipping = false;
+
+	if (path == NULL || path[0] == '\0')
+		return 0;
+	f = AllocateFile(path, "r");
+	if (f == NULL)
+	{
+		char		why[300];
+
+		snprintf(why, sizeof(why), "%s: %s", path, strerror(errno));
+		set_message(result, RS_FAIL_CONNECT,
+					"could not read slidewin.redis_password_file", why);
+		return -1;
+	}
+	if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) ||
+		(st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+	{
+		char		why[300];
+
+		snprintf(why, sizeof(why),
+				 "%s must be a regular file without group or world access (chmod 0600).",
+				 path);
+		set_message(result, RS_FAIL_CONNECT,
+					"refused slidewin.redis_password_file", why);
+		FreeFile(f);
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f) != NULL)
+	{
+		size_t		len = strlen(line);
+		bool		whole = (len > 0 && line[len - 1] == '\n') || feof(f);
+
+		/* a line longer than the buffer matches nothing */
+		if (skipping || !whole)
+		{
+			skipping = !whole;
+			continue;
+		}
+		if (redis_passfile_match(line, len,
+								 target.is_unix ? target.path : target.host,
+								 target.is_unix ? 0 : target.port,
+								 target.user[0] ? target.user : "default",
+								 out, outsize))
+		{
+			found = 1;
+			break;
+		}
+	}
+	explicit_bzero(line, sizeof(line));
+	FreeFile(f);
+	return found;
+}
+
 static bool
 connect_redis(RedisResult *result)
 {
@@ -509,16 +373,27 @@ connect_redis(RedisResult *result)
 		return false;
 	}
 
-	if (target.password[0] != '\0')
 	{
-		const char *auth[3];
-		int			n = 0;
+		char		password[sizeof(target.password)];
+		bool		ok = true;
 
-		auth[n++] = "AUTH";
-		if (target.user[0] != '\0')
-			auth[n++] = target.user;
-		auth[n++] = target.password;
-		if (!setup_command(n, auth, result))
+		strlcpy(password, target.password, sizeof(password));
+		if (password[0] == '\0' &&
+			password_from_file(password, sizeof(password), result) < 0)
+			ok = false;
+		else if (password[0] != '\0')
+		{
+			const char *auth[3];
+			int			n = 0;
+
+			auth[n++] = "AUTH";
+			if (target.user[0] != '\0')
+				auth[n++] = target.user;
+			auth[n++] = password;
+			ok = setup_command(n, auth, result);
+		}
+		explicit_bzero(password, sizeof(password));
+		if (!ok)
 		{
 			redis_disconnect();
 			return false;

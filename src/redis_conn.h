@@ -11,6 +11,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "redis_url.h"
+
 /* What went wrong with an exchange, from the caller's point of view. */
 typedef enum RedisStatus
 {
@@ -28,27 +30,16 @@ typedef struct RedisResult
 	char		message[256];	/* human-readable cause, for errdetail */
 } RedisResult;
 
-/* Parsed form of slidewin.redis_url; lives in malloc'd GUC "extra" memory. */
-typedef struct RedisTarget
-{
-	bool		is_unix;
-	char		host[256];
-	int			port;
-	char		path[1024];
-	char		user[128];
-	char		password[512];
-	int			db;
-} RedisTarget;
-
 extern int	slidewin_connect_timeout;
 extern int	slidewin_command_timeout;
 
 /* Changes whenever the place slidewin connects to changes. */
 extern uint64 redis_target_generation;
 
-extern bool redis_parse_url(const char *url, RedisTarget *target,
-							const char **why);
+extern char *slidewin_redis_password_file;
+
 extern void redis_set_target(const RedisTarget *target);
+extern void redis_credentials_changed(void);
 
 /*
  * Send one command and wait for its reply. A reused connection that turns out

@@ -48,6 +48,23 @@ void		_PG_init(void);
  * ---------------------------------------------------------------------
  */
 
+/*
+ * Sources whose values land in a catalog every role can read:
+ * pg_db_role_setting (ALTER ROLE/DATABASE ... SET) and pg_proc.proconfig
+ * (CREATE/ALTER FUNCTION ... SET), which are validated as PGC_S_TEST.
+ */
+static bool
+source_is_catalog(GucSource source)
+{
+	return source == PGC_S_TEST || source == PGC_S_GLOBAL ||
+		source == PGC_S_DATABASE || source == PGC_S_USER ||
+		source == PGC_S_DATABASE_USER;
+}
+
+/*
+ * The messages never repeat the value: it may hold a password, and the
+ * default message of a failed check would print it to the client and log.
+ */
 static bool
 check_redis_url(char **newval, void **extra, GucSource source)
 {
@@ -60,7 +77,19 @@ check_redis_url(char **newval, void **extra, GucSource source)
 	if (!redis_parse_url(*newval, t, &why))
 	{
 		free(t);
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errmsg("invalid value for parameter \"slidewin.redis_url\"");
 		GUC_check_errdetail("%s", why);
+		return false;
+	}
+	if (t->password[0] != '\0' && source_is_catalog(source))
+	{
+		explicit_bzero(t, sizeof(RedisTarget));
+		free(t);
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errmsg("slidewin.redis_url must not contain a password here");
+		GUC_check_errdetail("Values set with ALTER ROLE, ALTER DATABASE or a function's SET clause are stored in catalogs that every role can read.");
+		GUC_check_errhint("Put the password in the file named by slidewin.redis_password_file, or set the URL in postgresql.conf.");
 		return false;
 	}
 	*extra = t;
@@ -72,6 +101,12 @@ assign_redis_url(const char *newval, void *extra)
 {
 	redis_set_target((const RedisTarget *) extra);
 	deny_cache_forget_all();
+}
+
+static void
+assign_password_file(const char *newval, void *extra)
+{
+	redis_credentials_changed();
 }
 
 /* Denials cached under the old prefix are about other Redis keys. */
@@ -104,6 +139,17 @@ define_settings(void)
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY,
 							   check_redis_url, assign_redis_url, NULL);
+
+	DefineCustomStringVariable("slidewin.redis_password_file",
+							   gettext_noop("File holding the Redis password, in libpq's .pgpass format."),
+							   gettext_noop("Lines host:port:user:password, * matching any value; used when "
+											"slidewin.redis_url carries no password. The file must not be "
+											"readable by group or others."),
+							   &slidewin_redis_password_file,
+							   "",
+							   PGC_SUSET,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, assign_password_file, NULL);
 
 	DefineCustomIntVariable("slidewin.connect_timeout",
 							gettext_noop("Longest wait for a connection to Redis."),

@@ -14,6 +14,8 @@
 #
 # Redis objects (SlidewinTest::Redis) have these methods:
 #   port, dir, pid, url      where it runs
+#   set_password($pw)        the password cli() uses from now on (after
+#                            CONFIG SET requirepass)
 #   cli(@args)               run redis-cli against it; returns trimmed stdout
 #                            (in list context: stdout, stderr, exit status)
 #   cli_bg(@args)            start redis-cli without waiting; returns an
@@ -63,16 +65,18 @@ sub src_dir
 }
 
 # start_redis(%opts): a fresh Redis on 127.0.0.1 with no persistence.
-#   port  => fixed port (default: a free one)
-#   args  => [ extra redis-server arguments, e.g. '--maxmemory', '1mb' ]
+#   port     => fixed port (default: a free one)
+#   args     => [ extra redis-server arguments, e.g. '--maxmemory', '1mb' ]
+#   password => the default user's password (requirepass); cli() uses it
 sub start_redis
 {
 	my (%opts) = @_;
 	my $self = bless {
-		port => $opts{port} // free_port(),
-		dir  => PostgreSQL::Test::Utils::tempdir('redis'),
-		args => $opts{args} // [],
-		pid  => undef,
+		port     => $opts{port} // free_port(),
+		dir      => PostgreSQL::Test::Utils::tempdir('redis'),
+		args     => $opts{args} // [],
+		password => $opts{password},
+		pid      => undef,
 	}, 'SlidewinTest::Redis';
 	push @all_redis, $self;
 	$self->_launch;
@@ -166,6 +170,7 @@ sub _launch
 		'--pidfile'    => $self->_pidfile,
 		'--logfile'    => "$dir/redis.log",
 		SlidewinTest::_debug_args(),
+		(defined $self->{password} ? ('--requirepass', $self->{password}) : ()),
 		@{ $self->{args} });
 	note("starting redis on port $self->{port}");
 	system(@cmd) == 0 or croak "redis-server did not launch: @cmd";
@@ -194,12 +199,22 @@ sub _launch
 	croak "redis on port $self->{port} did not come up in 10 s:\n$log";
 }
 
+sub set_password { $_[0]->{password} = $_[1]; return; }
+
+sub _auth_args
+{
+	my ($self) = @_;
+	return defined $self->{password}
+	  ? ('-a', $self->{password}, '--no-auth-warning')
+	  : ();
+}
+
 sub cli
 {
 	my ($self, @args) = @_;
 	my ($out, $err) = ('', '');
 	IPC::Run::run(
-		[ 'redis-cli', '-h', '127.0.0.1', '-p', $self->{port}, @args ],
+		[ 'redis-cli', '-h', '127.0.0.1', '-p', $self->{port}, $self->_auth_args, @args ],
 		'<', \undef, '>', \$out, '2>', \$err);
 	my $status = $? >> 8;
 	s/\s+\z// for $out, $err;
@@ -211,7 +226,7 @@ sub cli_bg
 	my ($self, @args) = @_;
 	my ($out, $err) = ('', '');
 	my $h = IPC::Run::start(
-		[ 'redis-cli', '-h', '127.0.0.1', '-p', $self->{port}, @args ],
+		[ 'redis-cli', '-h', '127.0.0.1', '-p', $self->{port}, $self->_auth_args, @args ],
 		'<', \undef, '>', \$out, '2>', \$err);
 	return wantarray ? ($h, \$out, \$err) : $h;
 }

@@ -1,0 +1,311 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis_url.c
+ *		The grammar of slidewin.redis_url and of the password file.
+ *
+ * Everything here is a pure function of its input strings: it must not
+ * allocate, raise errors, or depend on the server, so that the same code
+ * runs in a GUC check hook, in the connection path, and under a fuzzer.
+ * Every bound is checked before a byte is copied.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "redis_url.h"
+
+static int
+hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Copy [src, src+len) into dst, undoing %XX escapes. */
+static bool
+copy_decoded(char *dst, size_t dstsize, const char *src, size_t len)
+{
+	size_t		o = 0;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		char		c = src[i];
+
+		if (c == '%')
+		{
+			int			hi,
+						lo;
+
+			if (i + 2 >= len)
+				return false;
+			hi = hexval(src[i + 1]);
+			lo = hexval(src[i + 2]);
+			if (hi < 0 || lo < 0)
+				return false;
+			c = (char) (hi * 16 + lo);
+			i += 2;
+		}
+		if (o + 1 >= dstsize)
+			return false;
+		dst[o++] = c;
+	}
+	dst[o] = '\0';
+	return true;
+}
+
+static bool
+parse_int_range(const char *s, size_t len, int lo, int hi, int *out)
+{
+	long		v = 0;
+
+	if (len == 0 || len > 9)
+		return false;
+	for (size_t i = 0; i < len; i++)
+	{
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (s[i] - '0');
+	}
+	if (v < lo || v > hi)
+		return false;
+	*out = (int) v;
+	return true;
+}
+
+/* "user:password", ":password" or "password" */
+static bool
+parse_userinfo(const char *s, size_t len, RedisTarget *t)
+{
+	const char *colon = memchr(s, ':', len);
+
+	if (colon == NULL)
+		return copy_decoded(t->password, sizeof(t->password), s, len);
+	if (!copy_decoded(t->user, sizeof(t->user), s, colon - s))
+		return false;
+	return copy_decoded(t->password, sizeof(t->password), colon + 1,
+						len - (colon - s) - 1);
+}
+
+/*
+ * Parse redis://[[user]:password@]host[:port][/db] or
+ * unix://[[user]:password@]/path/to/socket[?db=N].
+ * Runs in a GUC check hook: no palloc'd results, no ereport.
+ */
+bool
+redis_parse_url(const char *url, RedisTarget *t, const char **why)
+{
+	const char *p;
+	const char *at;
+
+	memset(t, 0, sizeof(*t));
+	t->port = 6379;
+
+	if (strncmp(url, "redis://", 8) == 0)
+	{
+		const char *end;
+		const char *slash;
+		const char *hostend;
+
+		p = url + 8;
+		end = p + strlen(p);
+		slash = strchr(p, '/');
+		at = NULL;
+		for (const char *q = p; q < (slash ? slash : end); q++)
+			if (*q == '@')
+				at = q;
+		if (at)
+		{
+			if (!parse_userinfo(p, at - p, t))
+			{
+				*why = "The user or password part is malformed or too long.";
+				return false;
+			}
+			p = at + 1;
+			slash = strchr(p, '/');
+		}
+		hostend = slash ? slash : end;
+		if (*p == '[')
+		{
+			const char *rb = memchr(p, ']', hostend - p);
+
+			if (rb == NULL || rb - p - 1 <= 0 || (size_t) (rb - p - 1) >= sizeof(t->host))
+			{
+				*why = "The bracketed IPv6 host is malformed.";
+				return false;
+			}
+			memcpy(t->host, p + 1, rb - p - 1);
+			p = rb + 1;
+			if (p < hostend && *p != ':')
+			{
+				*why = "Expected \":port\" after the IPv6 host.";
+				return false;
+			}
+		}
+		else
+		{
+			const char *colon = memchr(p, ':', hostend - p);
+			const char *hend = colon ? colon : hostend;
+
+			if (hend == p || (size_t) (hend - p) >= sizeof(t->host))
+			{
+				*why = "The host is empty or too long.";
+				return false;
+			}
+			memcpy(t->host, p, hend - p);
+			p = hend;
+		}
+		if (p < hostend && *p == ':')
+		{
+			if (!parse_int_range(p + 1, hostend - p - 1, 1, 65535, &t->port))
+			{
+				*why = "The port must be a number from 1 to 65535.";
+				return false;
+			}
+		}
+		if (slash && slash[1] != '\0')
+		{
+			if (!parse_int_range(slash + 1, strlen(slash + 1), 0, 1000000, &t->db))
+			{
+				*why = "The database must be a non-negative number.";
+				return false;
+			}
+		}
+		return true;
+	}
+
+	if (strncmp(url, "unix://", 7) == 0)
+	{
+		const char *q;
+
+		p = url + 7;
+		at = NULL;
+		if (*p != '/')
+		{
+			at = strchr(p, '@');
+			if (at == NULL || !parse_userinfo(p, at - p, t))
+			{
+				*why = "Expected unix:///path/to/socket or unix://:password@/path.";
+				return false;
+			}
+			p = at + 1;
+		}
+		if (*p != '/')
+		{
+			*why = "The socket path must be absolute.";
+			return false;
+		}
+		q = strchr(p, '?');
+		if ((size_t) ((q ? q : p + strlen(p)) - p) >= sizeof(t->path))
+		{
+			*why = "The socket path is too long.";
+			return false;
+		}
+		memcpy(t->path, p, (q ? q : p + strlen(p)) - p);
+		if (q)
+		{
+			if (strncmp(q, "?db=", 4) != 0 ||
+				!parse_int_range(q + 4, strlen(q + 4), 0, 1000000, &t->db))
+			{
+				*why = "The only query parameter is db=N, a non-negative number.";
+				return false;
+			}
+		}
+		t->is_unix = true;
+		return true;
+	}
+
+	*why = "The URL must start with redis:// or unix://.";
+	return false;
+}
+
+
+/*
+ * Copy the next ':'-separated field of [*p, end) into out (undoing
+ * backslash escapes) and step past its separator. False when the field does
+ * not fit; *last is set when the line ends after it.
+ */
+static bool
+next_field(const char **p, const char *end, char *out, size_t outsize, bool *last)
+{
+	size_t		o = 0;
+	const char *q = *p;
+
+	*last = true;
+	while (q < end)
+	{
+		char		c = *q++;
+
+		if (c == ':')
+		{
+			*last = false;
+			break;
+		}
+		if (c == '\\' && q < end)
+			c = *q++;
+		if (o + 1 >= outsize)
+			return false;
+		out[o++] = c;
+	}
+	out[o] = '\0';
+	*p = q;
+	return true;
+}
+
+static bool
+field_matches(const char *field, const char *value)
+{
+	return strcmp(field, "*") == 0 || strcmp(field, value) == 0;
+}
+
+bool
+redis_passfile_match(const char *line, size_t len,
+					 const char *host, int port, const char *user,
+					 char *password, size_t pwsize)
+{
+	const char *p = line;
+	const char *end = line + len;
+	char		f_host[1024];
+	char		f_port[16];
+	char		f_user[128];
+	char		portbuf[16];
+	bool		last;
+
+	while (end > p && (end[-1] == '\n' || end[-1] == '\r'))
+		end--;
+	if (p == end || *p == '#')
+		return false;
+	if (!next_field(&p, end, f_host, sizeof(f_host), &last) || last ||
+		!next_field(&p, end, f_port, sizeof(f_port), &last) || last ||
+		!next_field(&p, end, f_user, sizeof(f_user), &last) || last)
+		return false;
+	if (port > 0)
+		snprintf(portbuf, sizeof(portbuf), "%d", port);
+	else
+		strcpy(portbuf, "*");
+	if (!field_matches(f_host, host) || !field_matches(f_port, portbuf) ||
+		!field_matches(f_user, user))
+		return false;
+	/* the password is the rest of the line, colons and all, escapes undone */
+	{
+		size_t		o = 0;
+
+		while (p < end)
+		{
+			char		c = *p++;
+
+			if (c == '\\' && p < end)
+				c = *p++;
+			if (o + 1 >= pwsize)
+				return false;
+			password[o++] = c;
+		}
+		password[o] = '\0';
+	}
+	return true;
+}
