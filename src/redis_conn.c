@@ -316,6 +316,84 @@ password_from_file(char *out, size_t outsize, RedisResult *result)
 	return found;
 }
 
+/*
+ * Ask the server who it is (HELLO 2, which also keeps the RESP2 replies the
+ * scripts are read in) and refuse one older than slidewin supports, with a
+ * message that names its version. A server without HELLO predates 6.0.
+ */
+static bool
+check_version(RedisResult *result)
+{
+	const char *argv[2] = {"HELLO", "2"};
+	size_t		lens[2] = {5, 1};
+	RedisStatus st;
+	redisReply *r;
+	int			major = -1,
+				minor = -1;
+	char		found[64] = "";
+
+	st = exchange(2, argv, lens,
+				  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											  slidewin_command_timeout),
+				  result);
+	r = result->reply;
+	result->reply = NULL;
+	if (st == RS_FAIL_REPLY && r != NULL &&
+		strncmp(r->str, "ERR unknown command", 19) == 0)
+	{
+		freeReplyObject(r);
+		set_message(result, RS_FAIL_VERSION, "the Redis server is too old for slidewin",
+					"It does not know HELLO, so it is older than Redis 6.0; slidewin needs Redis 6.2 or later.");
+		return false;
+	}
+	if (st != RS_OK)
+	{
+		char		cause[sizeof(result->message)];
+
+		if (r)
+			freeReplyObject(r);
+		strlcpy(cause, result->message, sizeof(cause));
+		set_message(result, st == RS_FAIL_REPLY ? RS_FAIL_CONNECT : st,
+					"could not ask Redis for its version (HELLO)", cause);
+		return false;
+	}
+	if (r->type == REDIS_REPLY_ARRAY)
+	{
+		for (size_t i = 0; i + 1 < r->elements; i += 2)
+		{
+			redisReply *k = r->element[i];
+			redisReply *v = r->element[i + 1];
+
+			if (k->type == REDIS_REPLY_STRING && k->len == 7 &&
+				memcmp(k->str, "version", 7) == 0 &&
+				v->type == REDIS_REPLY_STRING)
+			{
+				snprintf(found, sizeof(found), "%.*s", (int) Min(v->len, 60), v->str);
+				if (!redis_parse_version(v->str, v->len, &major, &minor))
+					major = -1;
+				break;
+			}
+		}
+	}
+	freeReplyObject(r);
+	if (major < 0)
+	{
+		set_message(result, RS_FAIL_VERSION, "the Redis server did not say which version it is",
+					"Its answer to HELLO has no readable version; slidewin needs Redis 6.2 or later.");
+		return false;
+	}
+	if (major < REDIS_MIN_MAJOR || (major == REDIS_MIN_MAJOR && minor < REDIS_MIN_MINOR))
+	{
+		char		why[200];
+
+		snprintf(why, sizeof(why),
+				 "It is version %s; slidewin needs Redis 6.2 or later.", found);
+		set_message(result, RS_FAIL_VERSION, "the Redis server is too old for slidewin", why);
+		return false;
+	}
+	return true;
+}
+
 static bool
 connect_redis(RedisResult *result)
 {
@@ -412,6 +490,11 @@ connect_redis(RedisResult *result)
 			redis_disconnect();
 			return false;
 		}
+	}
+	if (!check_version(result))
+	{
+		redis_disconnect();
+		return false;
 	}
 	return true;
 }

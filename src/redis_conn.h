@@ -20,7 +20,8 @@ typedef enum RedisStatus
 	RS_FAIL_CONNECT,			/* could not connect, AUTH or SELECT */
 	RS_FAIL_IO,				/* connection broke during the exchange */
 	RS_FAIL_TIMEOUT,			/* command_timeout passed */
-	RS_FAIL_REPLY			/* Redis answered with an error reply */
+	RS_FAIL_REPLY,			/* Redis answered with an error reply */
+	RS_FAIL_VERSION			/* the server is too old for slidewin */
 } RedisStatus;
 
 typedef struct RedisResult

@@ -309,3 +309,33 @@ redis_passfile_match(const char *line, size_t len,
 	}
 	return true;
 }
+
+bool
+redis_parse_version(const char *s, size_t len, int *major, int *minor)
+{
+	int			part[2] = {0, 0};
+	size_t		i = 0;
+
+	for (int k = 0; k < 2; k++)
+	{
+		size_t		digits = 0;
+
+		if (k == 1)
+		{
+			if (i >= len || s[i] != '.')
+				return false;
+			i++;
+		}
+		while (i < len && s[i] >= '0' && s[i] <= '9' && digits < 5)
+		{
+			part[k] = part[k] * 10 + (s[i] - '0');
+			i++;
+			digits++;
+		}
+		if (digits == 0 || digits > 4)
+			return false;
+	}
+	*major = part[0];
+	*minor = part[1];
+	return true;
+}

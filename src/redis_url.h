@@ -44,4 +44,14 @@ extern bool redis_passfile_match(const char *line, size_t len,
 								 const char *host, int port, const char *user,
 								 char *password, size_t pwsize);
 
+/*
+ * "7.0.15" -> 7, 0. False unless the text starts with two dot-separated
+ * numbers of at most four digits each.
+ */
+extern bool redis_parse_version(const char *s, size_t len, int *major, int *minor);
+
+/* The oldest server slidewin supports: ZRANGE ... REV came with 6.2. */
+#define REDIS_MIN_MAJOR 6
+#define REDIS_MIN_MINOR 2
+
 #endif

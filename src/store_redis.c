@@ -62,6 +62,12 @@ settle(RedisResult *r)
 {
 	if (r->status == RS_OK)
 		return true;
+	/* Not a passing state: a server that is too old stays too old. */
+	if (r->status == RS_FAIL_VERSION)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("slidewin cannot use this Redis server"),
+				 errdetail_internal("%s", r->message)));
 	if (r->status == RS_FAIL_REPLY)
 	{
 		char	   *msg = pstrdup(r->reply->str);
