@@ -113,9 +113,11 @@ CREATE TRIGGER dated_quota BEFORE INSERT ON dated
 SET DateStyle = 'ISO';
 INSERT INTO dated VALUES (1, '2030-01-01');
 SET DateStyle = 'German';
-INSERT INTO dated VALUES (2, '2030-01-01');
--- the trigger's own settings do not leak into the session
+-- the trigger's own settings do not leak into the statement or the session
+BEGIN;
+INSERT INTO dated VALUES (2, '2030-01-01') RETURNING tenant;
 SHOW DateStyle;
+COMMIT;
 INSERT INTO dated VALUES (3, '2030-01-01');
 \echo :LAST_ERROR_SQLSTATE
 SET DateStyle = 'SQL, DMY';
@@ -137,7 +139,10 @@ CREATE TRIGGER stamped_quota AFTER INSERT ON stamped
 SET TimeZone = 'UTC';
 INSERT INTO stamped VALUES ('2030-01-01 00:00:00+00'), ('2030-01-01 09:00:00+09');
 SET TimeZone = 'Asia/Tokyo';
+BEGIN;
 INSERT INTO stamped VALUES ('2030-01-01 00:00:00+00');
+SHOW TimeZone;
+COMMIT;
 SELECT remaining FROM rl_peek('public.stamped:2030-01-01 00:00:00+00', 3, '1 minute');
 INSERT INTO stamped VALUES ('2030-01-01 09:00:00+09');
 \echo :LAST_ERROR_SQLSTATE
