@@ -100,6 +100,142 @@ INSERT INTO jobs VALUES (30, 7, 'a'), (31, 7, 'b'), (32, 7, 'c'), (33, 7, 'd');
 SET slidewin.enforce = on;
 SELECT allowed, remaining FROM rl_peek('public.jobs:7', 4, '1 minute');
 
+-- The tenant's text does not depend on the session's settings: a date
+-- written under three DateStyles is one tenant, with one quota (2 of 6 rows
+-- admitted), and its key spells the date in ISO.
+SELECT rl_reset(k) FROM unnest(ARRAY['public.dated:2030-01-01',
+  'public.stamped:2030-01-01 00:00:00+00', 'public.floats:0.3333333333333333',
+  'public.flags:t', 'public.flags:true', 'public.spans:1 day 02:00:00',
+  'public.blobs:\x6162', 'public.padded:ab']) AS k;
+CREATE TABLE dated (id int, tenant date);
+CREATE TRIGGER dated_quota BEFORE INSERT ON dated
+  FOR EACH ROW EXECUTE FUNCTION rl_trigger('tenant', '2', '1 minute');
+SET DateStyle = 'ISO';
+INSERT INTO dated VALUES (1, '2030-01-01');
+SET DateStyle = 'German';
+-- the trigger's own settings do not leak into the statement or the session
+BEGIN;
+INSERT INTO dated VALUES (2, '2030-01-01') RETURNING tenant;
+SHOW DateStyle;
+COMMIT;
+INSERT INTO dated VALUES (3, '2030-01-01');
+\echo :LAST_ERROR_SQLSTATE
+SET DateStyle = 'SQL, DMY';
+INSERT INTO dated VALUES (4, '2030-01-01');
+\echo :LAST_ERROR_SQLSTATE
+SET DateStyle = 'Postgres';
+INSERT INTO dated VALUES (5, '2030-01-01'), (6, '2030-01-01');
+\echo :LAST_ERROR_SQLSTATE
+RESET DateStyle;
+SELECT count(*) AS admitted FROM dated;
+SELECT remaining FROM rl_peek('public.dated:2030-01-01', 2, '1 minute');
+
+-- A timestamptz through a statement trigger: the same instant under two
+-- TimeZones is one tenant, named in UTC.
+CREATE TABLE stamped (tenant timestamptz);
+CREATE TRIGGER stamped_quota AFTER INSERT ON stamped
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION rl_trigger('tenant', '3', '1 minute');
+SET TimeZone = 'UTC';
+INSERT INTO stamped VALUES ('2030-01-01 00:00:00+00'), ('2030-01-01 09:00:00+09');
+SET TimeZone = 'Asia/Tokyo';
+BEGIN;
+INSERT INTO stamped VALUES ('2030-01-01 00:00:00+00');
+SHOW TimeZone;
+COMMIT;
+SELECT remaining FROM rl_peek('public.stamped:2030-01-01 00:00:00+00', 3, '1 minute');
+INSERT INTO stamped VALUES ('2030-01-01 09:00:00+09');
+\echo :LAST_ERROR_SQLSTATE
+-- nor when the trigger fails and a block catches the error
+DO $$
+BEGIN
+  INSERT INTO stamped VALUES (NULL);
+EXCEPTION WHEN null_value_not_allowed THEN
+  RAISE NOTICE 'caught: %', SQLERRM;
+END $$;
+SHOW TimeZone;
+RESET TimeZone;
+SELECT count(*) AS admitted FROM stamped;
+
+-- A float printed with more or fewer digits is still one tenant.
+CREATE TABLE floats (tenant float8);
+CREATE TRIGGER floats_quota BEFORE INSERT ON floats
+  FOR EACH ROW EXECUTE FUNCTION rl_trigger('tenant', '1', '1 minute');
+SET extra_float_digits = 3;
+INSERT INTO floats VALUES (1.0 / 3);
+SET extra_float_digits = -10;
+INSERT INTO floats VALUES (1.0 / 3);
+\echo :LAST_ERROR_SQLSTATE
+RESET extra_float_digits;
+SELECT count(*) AS admitted FROM floats;
+SELECT remaining FROM rl_peek('public.floats:0.3333333333333333', 1, '1 minute');
+
+-- So are an interval under two IntervalStyles, a bytea under both
+-- bytea_outputs, and a char(n) tenant from the row and the statement path
+-- (its trailing spaces are not part of its text).
+CREATE TABLE spans (tenant interval);
+CREATE TRIGGER spans_quota BEFORE INSERT ON spans
+  FOR EACH ROW EXECUTE FUNCTION rl_trigger('tenant', '1', '1 minute');
+SET IntervalStyle = 'sql_standard';
+INSERT INTO spans VALUES ('1 day 2 hours');
+SET IntervalStyle = 'iso_8601';
+INSERT INTO spans VALUES ('1 day 2 hours');
+\echo :LAST_ERROR_SQLSTATE
+RESET IntervalStyle;
+CREATE TABLE blobs (tenant bytea);
+CREATE TRIGGER blobs_quota BEFORE INSERT ON blobs
+  FOR EACH ROW EXECUTE FUNCTION rl_trigger('tenant', '1', '1 minute');
+SET bytea_output = 'escape';
+INSERT INTO blobs VALUES ('ab');
+SET bytea_output = 'hex';
+INSERT INTO blobs VALUES ('ab');
+\echo :LAST_ERROR_SQLSTATE
+RESET bytea_output;
+CREATE TABLE padded (id int, tenant char(4));
+CREATE TRIGGER padded_row BEFORE INSERT ON padded
+  FOR EACH ROW EXECUTE FUNCTION rl_trigger('tenant', '2', '1 minute');
+CREATE TRIGGER padded_stmt AFTER UPDATE ON padded
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION rl_trigger('tenant', '2', '1 minute');
+INSERT INTO padded VALUES (1, 'ab');
+UPDATE padded SET id = 2;
+UPDATE padded SET id = 3;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS admitted FROM spans
+UNION ALL SELECT count(*) FROM blobs
+UNION ALL SELECT count(*) FROM padded WHERE id = 2;
+SELECT k, remaining FROM unnest(ARRAY['public.spans:1 day 02:00:00', 'public.blobs:\x6162',
+  'public.padded:ab']) AS k, rl_peek(k, 2, '1 minute') ORDER BY k;
+
+-- A boolean tenant: a row trigger (INSERT) and a statement trigger (UPDATE)
+-- on one table draw from one quota, spelled t.
+CREATE TABLE flags (id int, tenant boolean);
+CREATE TRIGGER flags_row BEFORE INSERT ON flags
+  FOR EACH ROW EXECUTE FUNCTION rl_trigger('tenant', '3', '1 minute');
+CREATE TRIGGER flags_stmt AFTER UPDATE ON flags
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION rl_trigger('tenant', '3', '1 minute');
+INSERT INTO flags VALUES (1, true), (2, true);
+UPDATE flags SET id = id + 10;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE flags SET id = id + 10 WHERE id = 1;
+SELECT k, remaining FROM unnest(ARRAY['public.flags:t', 'public.flags:true']) AS k,
+  rl_peek(k, 3, '1 minute') ORDER BY k;
+SELECT id, tenant FROM flags ORDER BY id;
+-- a NULL tenant is an error on both paths
+INSERT INTO flags VALUES (3, NULL);
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE flags DISABLE TRIGGER flags_row;
+INSERT INTO flags VALUES (4, NULL);
+ALTER TABLE flags ENABLE TRIGGER flags_row;
+UPDATE flags SET id = id + 1 WHERE tenant IS NULL;
+\echo :LAST_ERROR_SQLSTATE
+DROP TABLE dated, stamped, floats, spans, blobs, padded, flags;
+SELECT rl_reset(k) FROM unnest(ARRAY['public.dated:2030-01-01',
+  'public.stamped:2030-01-01 00:00:00+00', 'public.floats:0.3333333333333333',
+  'public.flags:t', 'public.flags:true', 'public.spans:1 day 02:00:00',
+  'public.blobs:\x6162', 'public.padded:ab']) AS k;
+
 -- Bad arguments: a clear error at the first firing, naming the trigger.
 CREATE TABLE bad (tenant int, w text);
 CREATE TRIGGER bad_col BEFORE INSERT ON bad FOR EACH ROW EXECUTE FUNCTION rl_trigger('tenant_id', '3', '1 minute');

@@ -7,7 +7,9 @@
  *       rl_trigger(tenant_column, lim, win [, cost [, option ...]])
  *
  * The key is the table's qualified name, a colon, and the tenant column's
- * value: the rows decide whose quota they draw from, not the writer. (Any
+ * value in its canonical text (tenant.c), the same for row and statement
+ * triggers and under any session settings: the rows decide whose quota
+ * they draw from, not the writer or the writer's DateStyle. (Any
  * role that may call rl_attempt can still name the same key; revoke the
  * rl_* functions from PUBLIC where that matters.) cost is a constant or the name of an integer
  * column. Options: refund_on_abort[=on|off], on_redis_error=<policy>,
@@ -15,9 +17,10 @@
  *
  * Row level: one charge per row (the new row for INSERT and UPDATE, the old
  * one for DELETE). Statement level, with a transition table: one charge per
- * distinct tenant, of the statement's rows (or the sum of their cost
- * column), all or nothing: if one tenant is denied, the units already
- * charged to the others in this statement are given back before the error.
+ * distinct tenant (distinct canonical text), of the statement's rows (or the
+ * sum of their cost column), all or nothing: if one tenant is denied, the
+ * units already charged to the others in this statement are given back
+ * before the error.
  *
  * Argument errors surface at the first firing, naming the trigger.
  *
@@ -25,19 +28,25 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "common/hashfn.h"
+#include "common/int.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
-#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "enforce.h"
 #include "limit.h"
 #include "policy.h"
 #include "refund.h"
+#include "tenant.h"
 
 PG_FUNCTION_INFO_V1(slidewin_trigger);
 
@@ -184,29 +193,51 @@ null_tenant(const TrigConf *c)
 			 errdetail("Every row charged to a quota must name its tenant.")));
 }
 
+/* The cost of one row: the constant, or the row's cost column. */
+static int64
+row_cost(const TrigConf *c, Datum d, bool isnull, Oid type)
+{
+	if (c->cost_col == NULL)
+		return c->cost_const;
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("trigger \"%s\": cost column \"%s\" is null", c->trigname, c->cost_col)));
+	return type == INT2OID ? DatumGetInt16(d) :
+		type == INT4OID ? DatumGetInt32(d) : DatumGetInt64(d);
+}
+
 static void
 fire_row(TriggerData *td, const TrigConf *c, HeapTuple tuple)
 {
 	TupleDesc	desc = RelationGetDescr(td->tg_relation);
-	char	   *tenant = SPI_getvalue(tuple, desc, c->tenant_attno);
+	TenantFormat fmt;
+	Datum		d;
+	bool		isnull;
+	char	   *tenant;
 	int64		cost = c->cost_const;
 	RlArgs		a;
 	RlOutcome	o;
 
-	if (tenant == NULL)
+	d = heap_getattr(tuple, c->tenant_attno, desc, &isnull);
+	if (isnull)
 		null_tenant(c);
+	tenant_format_init(&fmt, TupleDescAttr(desc, c->tenant_attno - 1)->atttypid);
+	if (fmt.kind == TENANT_SETTINGS)
+	{
+		int			level = tenant_settings_pin();
+
+		tenant = tenant_text(&fmt, d);
+		tenant_settings_unpin(level);
+	}
+	else
+		tenant = tenant_text(&fmt, d);
+
 	if (c->cost_col)
 	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(tuple, desc, c->cost_attno, &isnull);
-		Oid			type = TupleDescAttr(desc, c->cost_attno - 1)->atttypid;
+		Datum		cd = heap_getattr(tuple, c->cost_attno, desc, &isnull);
 
-		if (isnull)
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("trigger \"%s\": cost column \"%s\" is null", c->trigname, c->cost_col)));
-		cost = type == INT2OID ? DatumGetInt16(d) :
-			type == INT4OID ? DatumGetInt32(d) : DatumGetInt64(d);
+		cost = row_cost(c, cd, isnull, TupleDescAttr(desc, c->cost_attno - 1)->atttypid);
 	}
 	a = tenant_args(c, tenant, 1);
 	limit_set_cost(cost, &a);
@@ -215,65 +246,120 @@ fire_row(TriggerData *td, const TrigConf *c, HeapTuple tuple)
 		enforce_raise_denied(&a, &o);
 }
 
+/* One distinct tenant of a statement, keyed by its canonical text. */
 typedef struct TenantCharge
 {
-	char	   *tenant;
+	const char *tenant;
 	int64		cost;
+	uint32		hash;
+	char		status;
 } TenantCharge;
 
-/* The statement's tenants and their units, read from the transition table. */
-static TenantCharge *
-statement_tenants(TriggerData *td, const TrigConf *c, const char *table, int *n)
+#define SH_PREFIX		tenants
+#define SH_ELEMENT_TYPE TenantCharge
+#define SH_KEY_TYPE		const char *
+#define SH_KEY			tenant
+#define SH_HASH_KEY(tb, key) hash_bytes((const unsigned char *) (key), strlen(key))
+#define SH_EQUAL(tb, a, b) (strcmp((a), (b)) == 0)
+#define SH_STORE_HASH
+#define SH_GET_HASH(tb, a) ((a)->hash)
+#define SH_SCOPE		static inline
+#define SH_DECLARE
+#define SH_DEFINE
+#include "lib/simplehash.h"
+
+static int
+charge_cmp(const void *a, const void *b)
 {
-	StringInfoData q;
+	return strcmp(((const TenantCharge *) a)->tenant,
+				  ((const TenantCharge *) b)->tenant);
+}
+
+/*
+ * The statement's tenants and their units, read from the transition table's
+ * tuplestore and grouped by canonical text in C, so that a statement trigger
+ * names the same keys as a row trigger. A read pointer of our own leaves the
+ * positions of other readers (queries on the transition table) alone. The
+ * tenants come back sorted by their text, so the charging order, and the
+ * tenant named by a denial, do not depend on hashing.
+ */
+static TenantCharge *
+statement_tenants(TriggerData *td, const TrigConf *c, Tuplestorestate *rows, int *n)
+{
+	TupleDesc	desc = RelationGetDescr(td->tg_relation);
+	Oid			cost_type = c->cost_col ? TupleDescAttr(desc, c->cost_attno - 1)->atttypid : InvalidOid;
+	TenantFormat fmt;
+	tenants_hash *groups;
+	tenants_iterator it;
+	TenantCharge *entry;
 	TenantCharge *out;
-	int			rc;
+	TupleTableSlot *slot;
+	MemoryContext rowcxt;
+	int			level = -1;
+	int			i = 0;
 
-	initStringInfo(&q);
-	appendStringInfo(&q, "SELECT %s::text, ", quote_identifier(c->tenant_col));
-	if (c->cost_col)
-		appendStringInfo(&q, "sum(%s)::bigint, count(*) FILTER (WHERE %s IS NULL), min(%s)",
-						 quote_identifier(c->cost_col), quote_identifier(c->cost_col),
-						 quote_identifier(c->cost_col));
-	else
-		appendStringInfoString(&q, "count(*), 0::bigint, 1");
-	appendStringInfo(&q, " FROM %s GROUP BY 1 ORDER BY 1", quote_identifier(table));
+	tenant_format_init(&fmt, TupleDescAttr(desc, c->tenant_attno - 1)->atttypid);
+	groups = tenants_create(CurrentMemoryContext, 16, NULL);
+	rowcxt = AllocSetContextCreate(CurrentMemoryContext, "rl_trigger row",
+								   ALLOCSET_SMALL_SIZES);
+	slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+	tuplestore_select_read_pointer(rows, tuplestore_alloc_read_pointer(rows, EXEC_FLAG_REWIND));
+	tuplestore_rescan(rows);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
-		elog(ERROR, "SPI_register_trigger_data failed");
-	rc = SPI_execute(q.data, true, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
-
-	*n = (int) SPI_processed;
-	out = (TenantCharge *) SPI_palloc(sizeof(TenantCharge) * Max(*n, 1));
-	for (int i = 0; i < *n; i++)
+	if (fmt.kind == TENANT_SETTINGS)
+		level = tenant_settings_pin();
+	while (tuplestore_gettupleslot(rows, true, false, slot))
 	{
-		HeapTuple	row = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
-		char	   *tenant = SPI_getvalue(row, desc, 1);
+		Datum		d = slot_getattr(slot, c->tenant_attno, &isnull);
+		int64		cost = c->cost_const;
+		char	   *tenant;
+		bool		found;
+		MemoryContext old;
 
-		if (tenant == NULL)
+		if (isnull)
 			null_tenant(c);
-		if (DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull)) > 0)
+		if (c->cost_col)
+		{
+			Datum		cd = slot_getattr(slot, c->cost_attno, &isnull);
+
+			cost = row_cost(c, cd, isnull, cost_type);
+			/* Every row pays at least 1: a negative cost must not offset others. */
+			if (cost < 1)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("trigger \"%s\": cost column \"%s\" must be at least 1 in every row",
+								c->trigname, c->cost_col)));
+		}
+
+		old = MemoryContextSwitchTo(rowcxt);
+		tenant = tenant_text(&fmt, d);
+		MemoryContextSwitchTo(old);
+		entry = tenants_insert(groups, tenant, &found);
+		if (!found)
+		{
+			entry->tenant = pstrdup(tenant);
+			entry->cost = 0;
+		}
+		if (pg_add_s64_overflow(entry->cost, cost, &entry->cost))
 			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("trigger \"%s\": cost column \"%s\" is null", c->trigname, c->cost_col)));
-		/* Every row pays at least 1: a negative cost must not offset others. */
-		if (c->cost_col && SPI_getvalue(row, desc, 4) != NULL &&
-			strtoi64(SPI_getvalue(row, desc, 4), NULL, 10) < 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("trigger \"%s\": cost column \"%s\" must be at least 1 in every row",
-							c->trigname, c->cost_col)));
-		out[i].tenant = SPI_palloc(strlen(tenant) + 1);
-		strcpy(out[i].tenant, tenant);
-		out[i].cost = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("trigger \"%s\": the costs of one tenant add up to more than a bigint holds",
+							c->trigname)));
+		MemoryContextReset(rowcxt);
 	}
-	SPI_finish();
+	if (level >= 0)
+		tenant_settings_unpin(level);
+	ExecDropSingleTupleTableSlot(slot);
+	MemoryContextDelete(rowcxt);
+
+	*n = (int) groups->members;
+	out = (TenantCharge *) palloc(sizeof(TenantCharge) * Max(*n, 1));
+	tenants_start_iterate(groups, &it);
+	while ((entry = tenants_iterate(groups, &it)) != NULL)
+		out[i++] = *entry;
+	qsort(out, *n, sizeof(TenantCharge), charge_cmp);
+	tenants_destroy(groups);
 	return out;
 }
 
@@ -281,19 +367,21 @@ static void
 fire_statement(TriggerData *td, const TrigConf *c)
 {
 	Trigger    *tg = td->tg_trigger;
-	const char *table = TRIGGER_FIRED_BY_DELETE(td->tg_event) ? tg->tgoldtable : tg->tgnewtable;
+	bool		by_delete = TRIGGER_FIRED_BY_DELETE(td->tg_event);
+	const char *table = by_delete ? tg->tgoldtable : tg->tgnewtable;
+	Tuplestorestate *rows = by_delete ? td->tg_oldtable : td->tg_newtable;
 	TenantCharge *tenants;
 	int			n;
 	int			mark = refund_mark();
 
-	if (table == NULL)
+	if (table == NULL || rows == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("trigger \"%s\": rl_trigger FOR EACH STATEMENT needs a transition table",
 						c->trigname),
 				 errhint("Add REFERENCING NEW TABLE AS new_rows (OLD TABLE for DELETE).")));
 
-	tenants = statement_tenants(td, c, table, &n);
+	tenants = statement_tenants(td, c, rows, &n);
 	for (int i = 0; i < n; i++)
 	{
 		RlArgs		a = tenant_args(c, tenants[i].tenant, tenants[i].cost);
