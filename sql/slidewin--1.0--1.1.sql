@@ -54,35 +54,47 @@ COMMENT ON TABLE rl_fallback_log IS
 'slidewin fallback store: one row per admitted call while Redis was unreachable (key, admission time, running total, cost, window end). Internal; do not modify.';
 
 -- rl_attempt, rl_allow and rl_peek gain refund_on_abort and algorithm.
-DROP FUNCTION rl_attempt(text, bigint, interval, bigint, text);
-DROP FUNCTION rl_allow(text, bigint, interval, bigint, text);
-DROP FUNCTION rl_peek(text, bigint, interval, text);
+--
+-- Dropping and recreating them would lose what the DBA did to them (a
+-- REVOKE EXECUTE ... FROM PUBLIC is the recipe's protection) and would fail
+-- on any view that calls them. So each keeps its OID, owner, grants and
+-- dependents, and only its parameter list changes: it takes the parameter
+-- columns of a scratch function declared the new way, which then goes. The
+-- C functions read their trailing arguments by position and treat missing
+-- ones as NULL, so a view that stored a 5-argument call keeps working.
+CREATE FUNCTION slidewin_1_1_attempt(key text, lim bigint, win interval, cost bigint DEFAULT 1,
+                                     on_redis_error text DEFAULT NULL,
+                                     refund_on_abort boolean DEFAULT NULL,
+                                     algorithm text DEFAULT 'sliding_log')
+RETURNS rl_result AS 'MODULE_PATHNAME', 'slidewin_attempt' LANGUAGE C;
+CREATE FUNCTION slidewin_1_1_peek(key text, lim bigint, win interval, on_redis_error text DEFAULT NULL,
+                                  algorithm text DEFAULT 'sliding_log')
+RETURNS rl_result AS 'MODULE_PATHNAME', 'slidewin_peek' LANGUAGE C;
 
-CREATE FUNCTION rl_attempt(key text, lim bigint, win interval, cost bigint DEFAULT 1,
-                           on_redis_error text DEFAULT NULL,
-                           refund_on_abort boolean DEFAULT NULL,
-    algorithm text DEFAULT 'sliding_log')
-RETURNS rl_result
-AS 'MODULE_PATHNAME', 'slidewin_attempt'
-LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+UPDATE pg_catalog.pg_proc p
+   SET pronargs = n.pronargs,
+       pronargdefaults = n.pronargdefaults,
+       proargtypes = n.proargtypes,
+       proallargtypes = n.proallargtypes,
+       proargmodes = n.proargmodes,
+       proargnames = n.proargnames,
+       proargdefaults = n.proargdefaults
+  FROM pg_catalog.pg_proc n
+ WHERE (p.oid, n.oid) IN
+       (('rl_attempt(text, bigint, interval, bigint, text)'::regprocedure,
+         'slidewin_1_1_attempt(text, bigint, interval, bigint, text, boolean, text)'::regprocedure),
+        ('rl_allow(text, bigint, interval, bigint, text)'::regprocedure,
+         'slidewin_1_1_attempt(text, bigint, interval, bigint, text, boolean, text)'::regprocedure),
+        ('rl_peek(text, bigint, interval, text)'::regprocedure,
+         'slidewin_1_1_peek(text, bigint, interval, text, text)'::regprocedure));
+
+DROP FUNCTION slidewin_1_1_attempt(text, bigint, interval, bigint, text, boolean, text);
+DROP FUNCTION slidewin_1_1_peek(text, bigint, interval, text, text);
+
 COMMENT ON FUNCTION rl_attempt(text, bigint, interval, bigint, text, boolean, text) IS
 'Admit cost units for key if the last win holds at most lim - cost admitted units (exact sliding log); an admitted call records its units at once. on_redis_error (fallback, allow, deny, error) chooses what this call does when Redis cannot answer; refund_on_abort (NULL: the setting) gives the units back if the transaction or savepoint aborts (sliding_log only). algorithm: sliding_log (exact), sliding_counter, fixed_window or token_bucket.';
-
-CREATE FUNCTION rl_allow(key text, lim bigint, win interval, cost bigint DEFAULT 1,
-                         on_redis_error text DEFAULT NULL,
-                         refund_on_abort boolean DEFAULT NULL,
-    algorithm text DEFAULT 'sliding_log')
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'slidewin_allow'
-LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION rl_allow(text, bigint, interval, bigint, text, boolean, text) IS
 'Same as rl_attempt, returning only whether the call was admitted: for WHERE clauses and IF tests.';
-
-CREATE FUNCTION rl_peek(key text, lim bigint, win interval, on_redis_error text DEFAULT NULL,
-                        algorithm text DEFAULT 'sliding_log')
-RETURNS rl_result
-AS 'MODULE_PATHNAME', 'slidewin_peek'
-LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION rl_peek(text, bigint, interval, text, text) IS
 'State of key under algorithm without consuming anything; allowed tells whether a call of cost 1 would pass now.';
 

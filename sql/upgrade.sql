@@ -7,6 +7,17 @@ CREATE EXTENSION slidewin VERSION '1.0';
 RESET client_min_messages;
 SELECT extversion FROM pg_extension WHERE extname = 'slidewin';
 
+-- What the DBA did under 1.0 must survive the update: a REVOKE from PUBLIC,
+-- a grant to one role, and a view that calls the functions.
+CREATE ROLE regress_up_user;
+REVOKE EXECUTE ON FUNCTION rl_attempt(text, bigint, interval, bigint, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rl_allow(text, bigint, interval, bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rl_allow(text, bigint, interval, bigint, text) TO regress_up_user;
+CREATE VIEW regress_up_view AS
+  SELECT (rl_attempt('view', 5, '1 hour')).allowed AS attempt_allowed,
+         rl_allow('view', 5, '1 hour') AS allow_allowed,
+         (rl_peek('view', 5, '1 hour')).remaining AS peek_remaining;
+
 SET slidewin.key_prefix = 'regress:up:';
 SET TimeZone = 'UTC';
 SET slidewin.redis_retry_interval = 0;
@@ -31,3 +42,26 @@ SELECT allowed, remaining, retry_after, store FROM rl_attempt('k', 10, '10 minut
 SELECT allowed, remaining, retry_after, store FROM rl_attempt('k', 10, '10 minutes', 1);
 SELECT indexrelid::regclass FROM pg_index WHERE indrelid = 'rl_fallback_log'::regclass ORDER BY indexrelid::regclass::text;
 
+
+-- The functions are the same objects, with 1.1's parameters (as a fresh
+-- install declares them), their grants and their dependent view.
+SELECT p.oid::regprocedure AS function, pg_get_function_arguments(p.oid) AS arguments
+  FROM pg_proc p WHERE proname IN ('rl_attempt', 'rl_allow', 'rl_peek') ORDER BY p.oid::regprocedure::text;
+SELECT has_function_privilege('regress_up_user', 'rl_allow(text,bigint,interval,bigint,text,boolean,text)', 'EXECUTE') AS user_may_allow,
+       has_function_privilege('regress_up_user', 'rl_attempt(text,bigint,interval,bigint,text,boolean,text)', 'EXECUTE') AS user_may_attempt,
+       has_function_privilege('public', 'rl_allow(text,bigint,interval,bigint,text,boolean,text)', 'EXECUTE') AS public_may_allow,
+       has_function_privilege('public', 'rl_peek(text,bigint,interval,text,text)', 'EXECUTE') AS public_may_peek;
+SET ROLE regress_up_user;
+SELECT rl_allow('granted', 5, '1 hour');
+SELECT allowed FROM rl_attempt('revoked', 5, '1 hour');
+RESET ROLE;
+SELECT * FROM regress_up_view;
+SELECT pg_get_viewdef('regress_up_view'::regclass) LIKE '%rl_attempt(%' AS view_calls_rl_attempt;
+-- the new parameters work by name
+SELECT allowed, store FROM rl_attempt('k2', 10, '10 minutes', algorithm => 'fixed_window');
+SELECT allowed, store FROM rl_peek('k2', 10, '10 minutes', algorithm => 'fixed_window');
+DROP VIEW regress_up_view;
+REVOKE EXECUTE ON FUNCTION rl_allow(text, bigint, interval, bigint, text, boolean, text) FROM regress_up_user;
+DROP ROLE regress_up_user;
+GRANT EXECUTE ON FUNCTION rl_attempt(text, bigint, interval, bigint, text, boolean, text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION rl_allow(text, bigint, interval, bigint, text, boolean, text) TO PUBLIC;
