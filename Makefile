@@ -13,7 +13,7 @@ OBJS = src/slidewin.o src/redis_url.o src/redis_conn.o src/scripts.o src/limit.o
 EXTENSION = slidewin
 DATA = sql/slidewin--1.0.sql sql/slidewin--1.0--1.1.sql
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Isrc
-SHLIB_LINK = -lhiredis
+SHLIB_LINK = -lhiredis -lanl
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(filter-out sql/slidewin--%,$(wildcard sql/*.sql))))
 REGRESS_OPTS = --inputdir=. --load-extension=slidewin

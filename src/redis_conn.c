@@ -20,6 +20,10 @@
  */
 #include "postgres.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -316,6 +320,211 @@ password_from_file(char *out, size_t outsize, RedisResult *result)
 	return found;
 }
 
+/* ---------------------------------------------------------------------
+ * Resolving host names without blocking
+ *
+ * hiredis resolves with a blocking getaddrinfo(), which can hold the
+ * backend far beyond connect_timeout, deaf to cancel and terminate. So
+ * slidewin resolves with glibc's getaddrinfo_a, which runs the lookup in a
+ * helper thread, and waits on the latch meanwhile; hiredis then only sees
+ * numeric addresses. The name is resolved on every connect: managed Redis
+ * endpoints move to other addresses on failover. The helper thread is
+ * created with every signal blocked, so that PostgreSQL's signal handlers
+ * only ever run in the backend's own thread.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * A lookup that glibc could not cancel still owns its request: it is parked
+ * here and freed once it has finished. While all slots are taken, new
+ * lookups are refused rather than piling up threads.
+ */
+#define MAX_ABANDONED_LOOKUPS 8
+
+typedef struct Lookup
+{
+	struct gaicb cb;
+	struct addrinfo hints;
+	char		name[256];
+} Lookup;
+
+static Lookup *abandoned[MAX_ABANDONED_LOOKUPS];
+static int	n_abandoned = 0;
+
+static void
+free_lookup(Lookup *l)
+{
+	if (l->cb.ar_result)
+		freeaddrinfo(l->cb.ar_result);
+	free(l);
+}
+
+static void
+reap_abandoned(void)
+{
+	int			keep = 0;
+
+	for (int i = 0; i < n_abandoned; i++)
+	{
+		if (gai_error(&abandoned[i]->cb) == EAI_INPROGRESS)
+			abandoned[keep++] = abandoned[i];
+		else
+			free_lookup(abandoned[i]);
+	}
+	n_abandoned = keep;
+}
+
+static void
+give_up_lookup(Lookup *l)
+{
+	int			rc = gai_cancel(&l->cb);
+
+	if (rc == EAI_CANCELED || rc == EAI_ALLDONE ||
+		gai_error(&l->cb) != EAI_INPROGRESS)
+		free_lookup(l);
+	else
+		abandoned[n_abandoned++] = l;
+}
+
+static struct addrinfo *
+resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
+{
+	Lookup	   *volatile l;
+	struct gaicb *list[1];
+	sigset_t	all,
+				old;
+	int			rc;
+	volatile long step_ms = 1;
+	struct addrinfo *res;
+
+	reap_abandoned();
+	if (n_abandoned >= MAX_ABANDONED_LOOKUPS)
+	{
+		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+					"Earlier lookups of this backend have not finished yet.");
+		return NULL;
+	}
+	l = calloc(1, sizeof(Lookup));
+	if (l == NULL)
+	{
+		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+					"out of memory");
+		return NULL;
+	}
+	strlcpy(l->name, host, sizeof(l->name));
+	l->hints.ai_family = AF_UNSPEC;
+	l->hints.ai_socktype = SOCK_STREAM;
+	l->cb.ar_name = l->name;
+	l->cb.ar_request = &l->hints;
+	list[0] = &l->cb;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+	{
+		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+					gai_strerror(rc));
+		free(l);
+		return NULL;
+	}
+
+	PG_TRY();
+	{
+		while ((rc = gai_error(&l->cb)) == EAI_INPROGRESS)
+		{
+			long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+															   deadline);
+
+			if (left <= 0)
+				break;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(step_ms, left), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			step_ms = Min(step_ms * 2, 16);
+		}
+	}
+	PG_CATCH();
+	{
+		give_up_lookup(l);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (rc == EAI_INPROGRESS)
+	{
+		give_up_lookup(l);
+		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+					"The lookup timed out (slidewin.connect_timeout).");
+		return NULL;
+	}
+	if (rc != 0)
+	{
+		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+					rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		free_lookup(l);
+		return NULL;
+	}
+	res = l->cb.ar_result;
+	l->cb.ar_result = NULL;
+	free_lookup(l);
+	if (res == NULL)
+		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+					"The name has no address.");
+	return res;
+}
+
+/*
+ * Open a socket to one numeric address (or a Unix socket path, port 0) and
+ * wait until it is connected. On failure the socket and its wait set are
+ * gone again, and the file descriptor reservation is kept for the next try.
+ */
+static bool
+open_socket(const char *addr, int port, TimestampTz deadline, RedisResult *result)
+{
+	int			soerr = 0;
+	socklen_t	len = sizeof(soerr);
+	const char *why = NULL;
+
+	conn.ctx = port == 0 ? redisConnectUnixNonBlock(addr) : redisConnectNonBlock(addr, port);
+	if (conn.ctx == NULL || conn.ctx->err)
+	{
+		set_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
+					conn.ctx ? conn.ctx->errstr : "out of memory");
+		goto fail;
+	}
+
+	conn.wes = CreateWaitEventSet(TopMemoryContext, 3);
+	AddWaitEventToSet(conn.wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(conn.wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	conn.sock_pos = AddWaitEventToSet(conn.wes, WL_SOCKET_WRITEABLE,
+									  conn.ctx->fd, NULL, NULL);
+	conn.sock_events = WL_SOCKET_WRITEABLE;
+
+	if (wait_socket(WL_SOCKET_WRITEABLE, deadline) == WAIT_TIMEOUT)
+		why = "The connection attempt timed out (slidewin.connect_timeout).";
+	else if (getsockopt(conn.ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
+		why = strerror(soerr ? soerr : errno);
+	if (why == NULL)
+		return true;
+	set_message(result, RS_FAIL_CONNECT, "could not connect to Redis", why);
+
+fail:
+	if (conn.wes)
+	{
+		FreeWaitEventSet(conn.wes);
+		conn.wes = NULL;
+	}
+	if (conn.ctx)
+	{
+		redisFree(conn.ctx);
+		conn.ctx = NULL;
+	}
+	return false;
+}
+
 /*
  * Ask the server who it is (HELLO 2, which also keeps the RESP2 replies the
  * scripts are read in) and refuse one older than slidewin supports, with a
@@ -398,8 +607,7 @@ static bool
 connect_redis(RedisResult *result)
 {
 	TimestampTz deadline;
-	int			soerr = 0;
-	socklen_t	len = sizeof(soerr);
+	bool		connected = false;
 
 	if (!target_set)
 	{
@@ -415,38 +623,32 @@ connect_redis(RedisResult *result)
 	}
 	conn.fd_reserved = true;
 
-	if (target.is_unix)
-		conn.ctx = redisConnectUnixNonBlock(target.path);
-	else
-		conn.ctx = redisConnectNonBlock(target.host, target.port);
-	if (conn.ctx == NULL || conn.ctx->err)
-	{
-		set_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
-					conn.ctx ? conn.ctx->errstr : "out of memory");
-		redis_disconnect();
-		return false;
-	}
-
-	conn.wes = CreateWaitEventSet(TopMemoryContext, 3);
-	AddWaitEventToSet(conn.wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(conn.wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	conn.sock_pos = AddWaitEventToSet(conn.wes, WL_SOCKET_WRITEABLE,
-									  conn.ctx->fd, NULL, NULL);
-	conn.sock_events = WL_SOCKET_WRITEABLE;
-
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										   slidewin_connect_timeout);
-	if (wait_socket(WL_SOCKET_WRITEABLE, deadline) == WAIT_TIMEOUT)
+	if (target.is_unix)
+		connected = open_socket(target.path, 0, deadline, result);
+	else
 	{
-		set_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
-					"The connection attempt timed out (slidewin.connect_timeout).");
-		redis_disconnect();
-		return false;
+		struct addrinfo *addrs = resolve_host(target.host, deadline, result);
+
+		/* Every address in turn, as long as the deadline allows. */
+		for (struct addrinfo *ai = addrs; ai != NULL && !connected; ai = ai->ai_next)
+		{
+			char		ip[INET6_ADDRSTRLEN];
+			const void *a = ai->ai_family == AF_INET6 ?
+				(const void *) &((struct sockaddr_in6 *) ai->ai_addr)->sin6_addr :
+				(const void *) &((struct sockaddr_in *) ai->ai_addr)->sin_addr;
+
+			if ((ai->ai_family != AF_INET && ai->ai_family != AF_INET6) ||
+				inet_ntop(ai->ai_family, a, ip, sizeof(ip)) == NULL)
+				continue;
+			connected = open_socket(ip, target.port, deadline, result);
+		}
+		if (addrs)
+			freeaddrinfo(addrs);
 	}
-	if (getsockopt(conn.ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
+	if (!connected)
 	{
-		set_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
-					strerror(soerr ? soerr : errno));
 		redis_disconnect();
 		return false;
 	}
