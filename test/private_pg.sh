@@ -9,6 +9,12 @@
 # directories below ROOT is enough: ROOT/usr/lib/postgresql/15/bin/pg_config
 # then reports paths below ROOT, and PGXS installs there.
 #
+# The copy's `postgres` is a small script that runs the real server
+# (postgres.real) under $SLIDEWIN_SERVER_WRAPPER when that is set in the
+# server's environment, for example "valgrind --log-file=..." or
+# "env LD_PRELOAD=libasan.so.8"; pg_ctl, initdb and the TAP modules start
+# the server as usual.
+#
 # Prints the pg_config of the copy. Copies only what is missing, so a second
 # call is cheap; remove ROOT to start over.
 set -euo pipefail
@@ -33,6 +39,23 @@ for dir in "${bindir%/bin}" "$sharedir" "$includedir"; do
 		cp -a "$dir" "$root$dir"
 	fi
 done
+if [[ ! -e $root$bindir/postgres.real ]]; then
+	mv "$root$bindir/postgres" "$root$bindir/postgres.real"
+	cat >"$root$bindir/postgres" <<'WRAPPER'
+#!/bin/sh
+# Written by slidewin's test/private_pg.sh: the server, under
+# $SLIDEWIN_SERVER_WRAPPER when it is set. Version checks, bootstrap and
+# single-user runs (initdb) are not wrapped.
+real="$(dirname "$0")/postgres.real"
+case "${1:-}" in
+--boot | --single | -C | -V | --version | --describe-config | --check)
+	exec "$real" "$@" ;;
+esac
+# shellcheck disable=SC2086
+exec ${SLIDEWIN_SERVER_WRAPPER:-} "$real" "$@"
+WRAPPER
+	chmod 755 "$root$bindir/postgres"
+fi
 # The server loads its modules from pkglibdir; a copy carries whatever slidewin
 # the system had, which the caller's `make install` replaces.
 echo "$root$bindir/pg_config"
