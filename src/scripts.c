@@ -387,41 +387,70 @@ script_sha1(Script *s)
 	return s->sha1;
 }
 
-#define MAX_SCRIPT_ARGS 24
-
 void
-script_run(ScriptId id, const char *key, size_t keylen,
-		   int nargs, const char **args, RedisResult *result)
+scripts_prepare(void)
+{
+	for (int i = 0; i < NUM_SCRIPTS; i++)
+		(void) script_sha1(&scripts[i]);
+}
+
+int
+script_command(ScriptId id, bool eval, int nkeys, const char **keys,
+			   const size_t *keylens, int nargs, const char **args,
+			   const char **argv, size_t *lens)
 {
 	Script	   *s = &scripts[id];
-	const char *argv[MAX_SCRIPT_ARGS + 4];
-	size_t		lens[MAX_SCRIPT_ARGS + 4];
+	static const char *const numkeys[] = {"0", "1", "2", "3"};
+	int			n = 0;
 
-	Assert(nargs <= MAX_SCRIPT_ARGS);
-	argv[0] = "EVALSHA";
-	argv[1] = script_sha1(s);
-	argv[2] = "1";
-	argv[3] = key;
-	lens[0] = 7;
-	lens[1] = SHA1_DIGEST_LENGTH * 2;
-	lens[2] = 1;
-	lens[3] = keylen;
+	Assert(nkeys >= 1 && nkeys <= 3 && nargs <= MAX_SCRIPT_ARGS);
+	Assert(eval || s->sha1[0] != '\0');
+	if (eval)
+	{
+		argv[n] = "EVAL";
+		lens[n++] = 4;
+		argv[n] = s->source;
+		lens[n++] = strlen(s->source);
+	}
+	else
+	{
+		argv[n] = "EVALSHA";
+		lens[n++] = 7;
+		argv[n] = s->sha1;
+		lens[n++] = SHA1_DIGEST_LENGTH * 2;
+	}
+	argv[n] = numkeys[nkeys];
+	lens[n++] = 1;
+	for (int i = 0; i < nkeys; i++)
+	{
+		argv[n] = keys[i];
+		lens[n++] = keylens[i];
+	}
 	for (int i = 0; i < nargs; i++)
 	{
-		argv[4 + i] = args[i];
-		lens[4 + i] = strlen(args[i]);
+		argv[n] = args[i];
+		lens[n++] = strlen(args[i]);
 	}
+	return n;
+}
 
-	redis_exec(4 + nargs, argv, lens, result);
+void
+script_run(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
+		   int nargs, const char **args, RedisResult *result)
+{
+	const char *argv[SCRIPT_MAX_ARGV];
+	size_t		lens[SCRIPT_MAX_ARGV];
+	int			argc;
+
+	(void) script_sha1(&scripts[id]);
+	argc = script_command(id, false, nkeys, keys, keylens, nargs, args, argv, lens);
+	redis_exec(argc, argv, lens, result);
 	if (result->status == RS_FAIL_REPLY &&
 		strncmp(result->reply->str, "NOSCRIPT", 8) == 0)
 	{
 		freeReplyObject(result->reply);
 		result->reply = NULL;
-		argv[0] = "EVAL";
-		lens[0] = 4;
-		argv[1] = s->source;
-		lens[1] = strlen(s->source);
-		redis_exec(4 + nargs, argv, lens, result);
+		argc = script_command(id, true, nkeys, keys, keylens, nargs, args, argv, lens);
+		redis_exec(argc, argv, lens, result);
 	}
 }

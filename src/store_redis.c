@@ -136,7 +136,10 @@ static bool
 run_outcome_script(ScriptId id, StringInfo key, int nargs, const char **argv,
 				   RlOutcome *o, RedisResult *r)
 {
-	script_run(id, key->data, key->len, nargs, argv, r);
+	const char *keys[1] = {key->data};
+	size_t		keylens[1] = {key->len};
+
+	script_run(id, 1, keys, keylens, nargs, argv, r);
 	pfree(key->data);
 	if (!settle(r))
 		return false;
@@ -305,42 +308,66 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 }
 
 /*
- * Give back the units of an entry this backend recorded. Runs from
- * transaction-abort callbacks, so it never ERRORs: any failure, including an
- * error reply, comes back as false with the cause in *r.
+ * Refunds. These run in transaction abort as well as in normal context, so
+ * they never ERROR and never allocate PostgreSQL memory: the command is
+ * built in stack buffers and queued on the connection's pipeline; its reply
+ * is sorted later by redis_store_refund_verdict.
  */
 bool
-redis_store_refund(const char *rkey, int rkeylen, int64 ts, int64 cost,
-				   int64 win_us, bool *given_back, RedisResult *r)
+redis_store_refund_clock(char *buf, size_t size)
+{
+	int64		now_us;
+	bool		is_set;
+
+	if (!limit_test_clock_parsed(&now_us, &is_set))
+		return false;
+	if (is_set)
+		snprintf(buf, size, INT64_FORMAT, now_us);
+	else
+		buf[0] = '\0';
+	return true;
+}
+
+bool
+redis_store_refund_append(const char *rkey, int rkeylen, int64 ts, int64 cost,
+						  int64 win_us, const char *now, bool eval)
 {
 	char		tsbuf[24],
 				costbuf[24],
-				winbuf[24],
-				now[24];
-	const char *argv[4];
+				winbuf[24];
+	const char *args[4];
+	const char *keys[1];
+	size_t		keylens[1];
+	const char *argv[SCRIPT_MAX_ARGV];
+	size_t		lens[SCRIPT_MAX_ARGV];
+	int			argc;
 
 	snprintf(tsbuf, sizeof(tsbuf), INT64_FORMAT, ts);
 	snprintf(costbuf, sizeof(costbuf), INT64_FORMAT, cost);
 	snprintf(winbuf, sizeof(winbuf), INT64_FORMAT, win_us);
-	argv[0] = tsbuf;
-	argv[1] = costbuf;
-	argv[2] = winbuf;
-	argv[3] = clock_arg(now, sizeof(now));
-	*given_back = false;
-	script_run(SCRIPT_LOG_REFUND, rkey, rkeylen, 4, argv, r);
-	if (r->status == RS_FAIL_REPLY)
+	args[0] = tsbuf;
+	args[1] = costbuf;
+	args[2] = winbuf;
+	args[3] = now;
+	keys[0] = rkey;
+	keylens[0] = rkeylen;
+	argc = script_command(SCRIPT_LOG_REFUND, eval, 1, keys, keylens, 4, args, argv, lens);
+	return redis_pipeline_append(argc, argv, lens);
+}
+
+RefundVerdict
+redis_store_refund_verdict(const redisReply *reply)
+{
+	if (reply->type == REDIS_REPLY_INTEGER)
+		return reply->integer == 1 ? REFUND_GIVEN : REFUND_NOTHING;
+	if (reply->type == REDIS_REPLY_ERROR)
 	{
-		strlcpy(r->message, r->reply->str, sizeof(r->message));
-		freeReplyObject(r->reply);
-		r->reply = NULL;
-		return false;
+		if (strncmp(reply->str, "NOSCRIPT", 8) == 0)
+			return REFUND_NOSCRIPT;
+		if (is_transient(reply->str))
+			return REFUND_RETRY;
 	}
-	if (r->status != RS_OK)
-		return false;
-	*given_back = (r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer == 1);
-	freeReplyObject(r->reply);
-	r->reply = NULL;
-	return true;
+	return REFUND_FAILED;
 }
 
 /* The Redis key of the sliding log of a user key, in the caller's context. */
