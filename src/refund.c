@@ -86,6 +86,8 @@ typedef struct RefundEntry
 	uint8		tries;			/* transient failures so far */
 	bool		ever_sent;		/* Redis may have applied it */
 	int			rkeylen;
+	int			lkeylen;
+	char	   *lkey;			/* the ledger's Redis key, after rkey */
 	char		rkey[FLEXIBLE_ARRAY_MEMBER];	/* the log's Redis key */
 } RefundEntry;
 
@@ -189,7 +191,9 @@ refund_remember(const RlArgs *args, int64 recorded_ts)
 {
 	RefundEntry *e;
 	char	   *key;
+	char	   *lkey;
 	int			keylen;
+	int			lkeylen;
 
 	if (!exit_registered)
 	{
@@ -199,10 +203,13 @@ refund_remember(const RlArgs *args, int64 recorded_ts)
 	/* The abort must never have to compute a SHA1 (it allocates). */
 	scripts_prepare();
 	reserve();
-	key = redis_store_log_key(args, &keylen);
-	e = MemoryContextAlloc(refund_cxt, offsetof(RefundEntry, rkey) + keylen + 1);
+	redis_store_log_keys(args, &key, &keylen, &lkey, &lkeylen);
+	e = MemoryContextAlloc(refund_cxt, offsetof(RefundEntry, rkey) + keylen + lkeylen + 2);
 	memcpy(e->rkey, key, keylen + 1);
 	e->rkeylen = keylen;
+	e->lkey = e->rkey + keylen + 1;
+	memcpy(e->lkey, lkey, lkeylen + 1);
+	e->lkeylen = lkeylen;
 	e->ts = recorded_ts;
 	e->cost = args->cost;
 	e->win_us = args->win_us;
@@ -214,6 +221,7 @@ refund_remember(const RlArgs *args, int64 recorded_ts)
 	e->ever_sent = false;
 	live[n_live++] = e;
 	pfree(key);
+	pfree(lkey);
 }
 
 /* ---------------------------------------------------------------------
@@ -303,8 +311,8 @@ append_pending(void)
 			continue;
 		}
 		eval = !evaled;
-		if (!redis_store_refund_append(e->rkey, e->rkeylen, e->ts, e->cost,
-									   e->win_us, now, eval))
+		if (!redis_store_refund_append(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
+									   e->ts, e->cost, e->win_us, now, eval))
 		{
 			q_send = Min(q_send, i);
 			return false;

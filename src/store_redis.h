@@ -37,9 +37,13 @@ typedef enum RefundVerdict
 } RefundVerdict;
 
 extern bool redis_store_refund_clock(char *buf, size_t size);
-extern bool redis_store_refund_append(const char *rkey, int rkeylen, int64 ts, int64 cost,
-									  int64 win_us, const char *now, bool eval);
+extern bool redis_store_refund_append(const char *rkey, int rkeylen,
+									  const char *lkey, int lkeylen,
+									  int64 ts, int64 cost, int64 win_us,
+									  const char *now, bool eval);
 extern RefundVerdict redis_store_refund_verdict(const redisReply *reply);
-extern char *redis_store_log_key(const RlArgs *args, int *len);
+/* The Redis keys of a user key's log and of its ledger of refunds (palloc'd). */
+extern void redis_store_log_keys(const RlArgs *args, char **log, int *loglen,
+								 char **ledger, int *ledgerlen);
 
 #endif
