@@ -63,6 +63,8 @@ int64		refund_dropped_count = 0;
 
 /* How long abort may spend pushing refund bytes out (capped by command_timeout). */
 #define ABORT_PUSH_BUDGET_MS 20
+/* How long backend exit may spend on a last try (capped by command_timeout). */
+#define EXIT_BUDGET_MS 250
 /* A refund answered with a transient error this many times is dropped. */
 #define REFUND_MAX_TRIES 5
 
@@ -508,22 +510,24 @@ flush_now(void)
 
 /*
  * Backend exit. Runs after the last transaction was aborted (so its refunds
- * are queued) and while shared memory is still attached. One bounded try,
- * with poll() only, to send what is queued on the open connection and read
- * the replies; whatever is left is dropped and logged. No connection is
- * opened here.
+ * are queued) and while shared memory is still attached. One try of at most
+ * EXIT_BUDGET_MS in all, with poll() only, to send what is queued on the
+ * open connection and read the replies; whatever is left is dropped and
+ * logged. No connection is opened here.
  */
 static void
 refund_at_exit(int code, Datum arg)
 {
 	TimestampTz deadline;
+	int			budget = Min(slidewin_command_timeout, EXIT_BUDGET_MS);
 	int			unsent = 0;
 	int			unconfirmed = 0;
 
 	if (q_head == n_queue)
 		return;
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), slidewin_command_timeout);
-	if (append_pending() && redis_pipeline_push(slidewin_command_timeout))
+	/* Exit cannot be interrupted: keep it short, whatever command_timeout says. */
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), budget);
+	if (append_pending() && redis_pipeline_push(budget))
 	{
 		while (n_sent > 0 && redis_pipelined() > 0)
 		{
