@@ -231,11 +231,18 @@ refund_remember(const RlArgs *args, int64 recorded_ts)
  * ---------------------------------------------------------------------
  */
 
-/* Queue live[from..n_live) for refunding, in order. */
+/*
+ * Queue live[from..n_live) for refunding, in order. The live stack is cut
+ * first, so that an abort re-entered for any reason never queues an entry
+ * twice.
+ */
 static void
 queue_live_from(int from)
 {
-	for (int i = from; i < n_live; i++)
+	int			end = n_live;
+
+	n_live = Min(n_live, from);
+	for (int i = from; i < end; i++)
 	{
 		RefundEntry *e = live[i];
 
@@ -246,7 +253,6 @@ queue_live_from(int from)
 			q_send = n_queue;
 		queue[n_queue++] = e;
 	}
-	n_live = Min(n_live, from);
 }
 
 /* An entry leaves the queue; it stays allocated until the context is reset. */
