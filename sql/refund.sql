@@ -94,15 +94,30 @@ SELECT remaining FROM rl_wait('r9', 3, '1 hour', 1, '0 seconds', refund_on_abort
 ROLLBACK;
 SELECT remaining FROM rl_peek('r9', 3, '1 hour');
 
--- A refund that cannot reach Redis is dropped (the units stay spent) and
--- counted. (The abort sees the transaction's own settings.)
+-- A refund that cannot be sent at abort (no connection is open: here the
+-- transaction pointed slidewin at another server, which closed the
+-- connection) waits in this backend and goes first at its next command:
+-- the units come back. (The abort sees the transaction's own settings.)
 SET slidewin.redis_retry_interval = 0;
 BEGIN;
 SELECT remaining FROM rl_attempt('r10', 5, '1 hour', 2, refund_on_abort => true);
 SET LOCAL slidewin.redis_url = 'redis://127.0.0.1:1';
-\set VERBOSITY terse
 ROLLBACK;
+SELECT remaining FROM rl_peek('r10', 5, '1 hour');
+
+-- A waiting refund whose server is no longer the one slidewin.redis_url
+-- names (here: another database of the same Redis) is dropped, so the units
+-- stay spent: the safe direction. A WARNING says so, and it is counted.
+SELECT current_setting('slidewin.redis_url') || '/1' AS other_db \gset
+BEGIN;
+SELECT remaining FROM rl_attempt('r10', 5, '1 hour', 2, refund_on_abort => true);
+SET LOCAL slidewin.redis_url = 'redis://127.0.0.1:1';
+ROLLBACK;
+SET slidewin.redis_url = :'other_db';
+\set VERBOSITY terse
+SELECT remaining FROM rl_peek('r10', 5, '1 hour');
 \set VERBOSITY default
+RESET slidewin.redis_url;
 SELECT remaining FROM rl_peek('r10', 5, '1 hour');
 
 SELECT * FROM rl_backend_stats();

@@ -94,6 +94,8 @@ typedef struct KnownDenial
 typedef struct DenyShared
 {
 	pg_atomic_uint64 gen[GEN_BUCKETS];
+	/* refunds queued or in flight for keys of the bucket (see below) */
+	pg_atomic_uint32 refunding[GEN_BUCKETS];
 	KnownDenial known[KNOWN_SLOTS];
 } DenyShared;
 
@@ -145,7 +147,10 @@ shmem_startup(void)
 	if (!found)
 	{
 		for (int i = 0; i < GEN_BUCKETS; i++)
+		{
 			pg_atomic_init_u64(&shared->gen[i], 0);
+			pg_atomic_init_u32(&shared->refunding[i], 0);
+		}
 		memset(shared->known, 0, sizeof(shared->known));
 		for (int i = 0; i < KNOWN_SLOTS; i++)
 			SpinLockInit(&shared->known[i].mutex);
@@ -220,6 +225,9 @@ deny_cache_lookup(const RlArgs *args, RlOutcome *o)
 		memcmp(e->key, args->key, args->keylen) != 0)
 		return false;
 	now = cache_clock(&test_clock);
+	if (pg_atomic_read_u32(&shared->refunding[h % GEN_BUCKETS]) != 0)
+		return false;			/* a refund may be changing the answer */
+	pg_read_barrier();
 	if (test_clock != e->test_clock || now >= e->until_us ||
 		pg_atomic_read_u64(&shared->gen[h % GEN_BUCKETS]) != e->gen)
 	{
@@ -391,6 +399,32 @@ deny_cache_invalidate(uint32 h)
 		pg_atomic_fetch_add_u64(&shared->gen[h % GEN_BUCKETS], 1);
 	if (slots != NULL)
 		clear_slot(&slots[h % SLOTS]);
+}
+
+/*
+ * Refunds travel asynchronously (refund.c): queued at abort, confirmed by
+ * Redis's reply at some later command of the refunding backend. While one is
+ * on its way, no backend serves a cached denial of the key's bucket, so a
+ * denial that Redis gave just before the refund landed is never kept past
+ * it; when it is confirmed the generation moves (after Redis has applied
+ * it, never before) and only then does the bucket count go down. Both are
+ * atomics: safe in transaction abort.
+ */
+void
+deny_cache_refund_begin(uint32 h)
+{
+	if (shared != NULL)
+		pg_atomic_fetch_add_u32(&shared->refunding[h % GEN_BUCKETS], 1);
+}
+
+void
+deny_cache_refund_end(uint32 h, bool maybe_applied)
+{
+	if (shared == NULL)
+		return;
+	if (maybe_applied)
+		pg_atomic_fetch_add_u64(&shared->gen[h % GEN_BUCKETS], 1);
+	pg_atomic_fetch_sub_u32(&shared->refunding[h % GEN_BUCKETS], 1);
 }
 
 void

@@ -54,6 +54,14 @@ extern uint32 deny_cache_key_hash(const char *key, int keylen);
  */
 extern void deny_cache_invalidate(uint32 key_hash);
 
+/*
+ * A refund of the key with this hash is queued (begin), then confirmed or
+ * given up (end; maybe_applied when Redis may have applied it). In between,
+ * no backend answers the key's bucket from its cache. Safe in abort.
+ */
+extern void deny_cache_refund_begin(uint32 key_hash);
+extern void deny_cache_refund_end(uint32 key_hash, bool maybe_applied);
+
 /* The Redis server or the key prefix changed: forget this backend's entries. */
 extern void deny_cache_forget_all(void);
 

@@ -257,12 +257,13 @@ limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o)
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 
+/* The last value of slidewin.test_now parsed, and what it parsed to. */
+static char parsed_from[128] = "";
+static int64 parsed_us;
+
 bool
 limit_test_clock(int64 *now_us)
 {
-	static char parsed_from[128] = "";
-	static int64 parsed_us;
-
 	if (slidewin_test_now == NULL || slidewin_test_now[0] == '\0')
 		return false;
 
@@ -282,6 +283,18 @@ limit_test_clock(int64 *now_us)
 		parsed_us = ts + UNIX_TO_PG_US;
 		strlcpy(parsed_from, slidewin_test_now, sizeof(parsed_from));
 	}
+	*now_us = parsed_us;
+	return true;
+}
+
+bool
+limit_test_clock_parsed(int64 *now_us, bool *is_set)
+{
+	*is_set = slidewin_test_now != NULL && slidewin_test_now[0] != '\0';
+	if (!*is_set)
+		return true;
+	if (strcmp(parsed_from, slidewin_test_now) != 0)
+		return false;
 	*now_us = parsed_us;
 	return true;
 }

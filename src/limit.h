@@ -79,4 +79,11 @@ extern Datum limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o);
 /* The test clock as Unix microseconds; false when slidewin.test_now is off. */
 extern bool limit_test_clock(int64 *now_us);
 
+/*
+ * The same without parsing, for transaction abort: *is_set says whether the
+ * test clock is on; false when it is on but its value has not been parsed
+ * yet (by limit_test_clock). Never ERRORs.
+ */
+extern bool limit_test_clock_parsed(int64 *now_us, bool *is_set);
+
 #endif

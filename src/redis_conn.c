@@ -21,12 +21,15 @@
 #include "postgres.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/fd.h"
@@ -47,9 +50,15 @@ typedef struct RedisConn
 	int			sock_pos;		/* position of the socket in wes */
 	uint32		sock_events;	/* what we currently wait for on it */
 	bool		fd_reserved;	/* holds an AcquireExternalFD slot */
+	bool		mid_exchange;	/* a command was sent whose reply was not read */
+	uint64		id;				/* which connection this is (see redis_connection_id) */
+	int			pipelined;		/* replies owed to redis_pipeline_append */
 } RedisConn;
 
 static RedisConn conn;
+static uint64 connections_opened = 0;
+static RedisPipelineHook pipeline_hook = NULL;
+static uint32 current_target_id = 0;
 
 /* Where to connect; copied from the GUC's parsed value by its assign hook. */
 static RedisTarget target;
@@ -82,6 +91,7 @@ redis_set_target(const RedisTarget *t)
 	{
 		target_set = false;
 		redis_target_generation++;
+		current_target_id = 0;
 		redis_disconnect();
 		return;
 	}
@@ -90,6 +100,9 @@ redis_set_target(const RedisTarget *t)
 	target = *t;
 	target_set = true;
 	redis_target_generation++;
+	current_target_id = hash_bytes((const unsigned char *) &target, sizeof(target));
+	if (current_target_id == 0)
+		current_target_id = 1;
 	/* The next call connects to the new place. */
 	redis_disconnect();
 }
@@ -117,6 +130,9 @@ redis_disconnect(void)
 		ReleaseExternalFD();
 		conn.fd_reserved = false;
 	}
+	conn.mid_exchange = false;
+	conn.pipelined = 0;
+	conn.id = 0;
 }
 
 /* Wait until the socket is ready for `events`, the deadline passes, or an
@@ -167,6 +183,13 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 	void	   *reply = NULL;
 	int			done = 0;
 
+	if (conn.pipelined > 0)
+	{
+		/* The next reply belongs to a pipelined command: not ours to read. */
+		set_message(result, RS_FAIL_IO, "replies to pipelined commands are still owed", NULL);
+		return RS_FAIL_IO;
+	}
+	conn.mid_exchange = true;
 	if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK)
 	{
 		set_message(result, RS_FAIL_IO, "could not format command", c->errstr);
@@ -210,6 +233,7 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 		}
 	}
 
+	conn.mid_exchange = false;
 	result->reply = (redisReply *) reply;
 	if (result->reply->type == REDIS_REPLY_ERROR)
 	{
@@ -496,6 +520,18 @@ open_socket(const char *addr, int port, TimestampTz deadline, RedisResult *resul
 		goto fail;
 	}
 
+	/*
+	 * The wait set needs a descriptor of its own (epoll), and raises an
+	 * ERROR when none is left: make sure one is, so that a backend short
+	 * of descriptors fails over to its policy instead.
+	 */
+	if (!AcquireExternalFD())
+	{
+		set_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
+					"This backend has no file descriptor to spare.");
+		goto fail;
+	}
+	ReleaseExternalFD();
 	conn.wes = CreateWaitEventSet(TopMemoryContext, 3);
 	AddWaitEventToSet(conn.wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(conn.wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
@@ -698,6 +734,7 @@ connect_redis(RedisResult *result)
 		redis_disconnect();
 		return false;
 	}
+	conn.id = ++connections_opened;
 	return true;
 }
 
@@ -751,10 +788,13 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 			if (!reused && !connect_redis(result))
 				break;
 
-			st = exchange(argc, argv, argvlen,
-						  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													  slidewin_command_timeout),
-						  result);
+			/* Whatever was pipelined goes first, and its replies are read. */
+			st = pipeline_hook ? pipeline_hook(result) : RS_OK;
+			if (st == RS_OK && argc > 0)
+				st = exchange(argc, argv, argvlen,
+							  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  slidewin_command_timeout),
+							  result);
 			if (st == RS_OK || st == RS_FAIL_REPLY)
 				break;
 
@@ -787,4 +827,230 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+}
+
+/* ---------------------------------------------------------------------
+ * Pipelined commands
+ *
+ * A caller may queue commands whose replies it reads later, in order
+ * (refunds sent from transaction abort). Queuing and pushing bytes out are
+ * safe in abort processing: they never ERROR, never allocate PostgreSQL
+ * memory, never touch the WaitEventSet (ModifyWaitEvent can elog) and wait
+ * only in poll(), for a bounded time. Reading the replies happens in normal
+ * context, from the hook that redis_exec runs before each command, with the
+ * usual latch-aware waits, so it can be interrupted.
+ * ---------------------------------------------------------------------
+ */
+
+void
+redis_set_pipeline_hook(RedisPipelineHook hook)
+{
+	pipeline_hook = hook;
+}
+
+uint64
+redis_connection_id(void)
+{
+	return conn.ctx ? conn.id : 0;
+}
+
+uint32
+redis_target_id(void)
+{
+	return current_target_id;
+}
+
+int
+redis_pipelined(void)
+{
+	return conn.ctx ? conn.pipelined : 0;
+}
+
+bool
+redis_pipeline_ready(void)
+{
+	if (conn.ctx == NULL)
+		return false;
+	if (conn.mid_exchange || conn.ctx->err)
+	{
+		/*
+		 * Left in the middle of an exchange by an interrupt that never
+		 * reached PG_CATCH (FATAL): the next reply belongs to a command whose
+		 * caller is gone. Discard the connection, without any I/O.
+		 */
+		redis_disconnect();
+		return false;
+	}
+	return true;
+}
+
+bool
+redis_pipeline_append(int argc, const char **argv, const size_t *argvlen)
+{
+	if (!redis_pipeline_ready())
+		return false;
+	if (redisAppendCommandArgv(conn.ctx, argc, argv, argvlen) != REDIS_OK)
+	{
+		redis_disconnect();
+		return false;
+	}
+	conn.pipelined++;
+	return true;
+}
+
+/* Milliseconds left until deadline, clamped to [0, INT_MAX]. */
+static int
+ms_left(TimestampTz deadline)
+{
+	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+	return (int) Min(ms, (long) INT_MAX);
+}
+
+/* Wait for the socket with poll(): no latch, no WaitEventSet, no ERROR. */
+static bool
+poll_socket(short events, TimestampTz deadline)
+{
+	for (;;)
+	{
+		struct pollfd p;
+		int			timeout = ms_left(deadline);
+		int			rc;
+
+		if (timeout <= 0)
+			return false;
+		p.fd = conn.ctx->fd;
+		p.events = events;
+		p.revents = 0;
+		rc = poll(&p, 1, timeout);
+		if (rc > 0)
+			return true;
+		if (rc < 0 && errno != EINTR)
+			return false;
+	}
+}
+
+bool
+redis_pipeline_push(int budget_ms)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), budget_ms);
+
+	if (!redis_pipeline_ready())
+		return false;
+	for (;;)
+	{
+		int			done = 0;
+
+		if (redisBufferWrite(conn.ctx, &done) != REDIS_OK)
+		{
+			redis_disconnect();
+			return false;
+		}
+		/* What is not written now stays in hiredis's buffer for later. */
+		if (done || !poll_socket(POLLOUT, deadline))
+			return true;
+	}
+}
+
+RedisStatus
+redis_pipeline_write(RedisResult *result)
+{
+	if (conn.ctx == NULL)
+	{
+		set_message(result, RS_FAIL_IO, "lost the connection to Redis", NULL);
+		return RS_FAIL_IO;
+	}
+	for (;;)
+	{
+		int			done = 0;
+
+		if (redisBufferWrite(conn.ctx, &done) != REDIS_OK)
+		{
+			set_message(result, RS_FAIL_IO, "could not send to Redis", conn.ctx->errstr);
+			return RS_FAIL_IO;
+		}
+		if (done)
+			return RS_OK;
+
+		/*
+		 * The deadline restarts whenever Redis takes bytes: a Redis that is
+		 * working through a long pipeline is slow, not gone.
+		 */
+		if (wait_socket(WL_SOCKET_WRITEABLE,
+						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													slidewin_command_timeout)) == WAIT_TIMEOUT)
+		{
+			set_message(result, RS_FAIL_TIMEOUT, "timed out sending to Redis", NULL);
+			return RS_FAIL_TIMEOUT;
+		}
+	}
+}
+
+/*
+ * Read the next reply owed to a pipelined command. In normal context
+ * (interruptible) unless nowait_deadline is set, in which case only poll()
+ * waits, until then: for backend exit, where the latch must not be used.
+ */
+static RedisStatus
+pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadline)
+{
+	void	   *r = NULL;
+
+	*reply = NULL;
+	if (conn.ctx == NULL || conn.pipelined <= 0)
+	{
+		set_message(result, RS_FAIL_IO, "no reply is owed", NULL);
+		return RS_FAIL_IO;
+	}
+	for (;;)
+	{
+		if (redisGetReplyFromReader(conn.ctx, &r) != REDIS_OK)
+		{
+			set_message(result, RS_FAIL_IO, "could not parse the Redis reply", conn.ctx->errstr);
+			return RS_FAIL_IO;
+		}
+		if (r != NULL)
+			break;
+		if (nowait_deadline != 0)
+		{
+			if (!poll_socket(POLLIN, nowait_deadline))
+			{
+				set_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
+				return RS_FAIL_TIMEOUT;
+			}
+		}
+		else if (wait_socket(WL_SOCKET_READABLE,
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 slidewin_command_timeout)) == WAIT_TIMEOUT)
+		{
+			set_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
+			return RS_FAIL_TIMEOUT;
+		}
+		if (redisBufferRead(conn.ctx) != REDIS_OK)
+		{
+			set_message(result, RS_FAIL_IO, "lost the connection to Redis", conn.ctx->errstr);
+			return RS_FAIL_IO;
+		}
+	}
+	conn.pipelined--;
+	*reply = (redisReply *) r;
+	return RS_OK;
+}
+
+RedisStatus
+redis_pipeline_read(redisReply **reply, RedisResult *result)
+{
+	return pipeline_read(reply, result, 0);
+}
+
+RedisStatus
+redis_pipeline_read_nowait(redisReply **reply, TimestampTz deadline, RedisResult *result)
+{
+	return pipeline_read(reply, result, deadline);
+}
+
+void
+redis_sync(RedisResult *result)
+{
+	redis_exec(0, NULL, NULL, result);
 }

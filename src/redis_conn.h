@@ -11,6 +11,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "datatype/timestamp.h"
 #include "redis_url.h"
 
 /* What went wrong with an exchange, from the caller's point of view. */
@@ -51,5 +52,44 @@ extern void redis_credentials_changed(void);
 extern void redis_exec(int argc, const char **argv, const size_t *argvlen,
 					   RedisResult *result);
 extern void redis_disconnect(void);
+
+/*
+ * Pipelined commands, whose replies are read later, in order.
+ *
+ * The hook runs inside redis_exec on every command, after connecting and
+ * before the command is sent: it sends what it has queued and reads every
+ * reply owed (redis_pipeline_write, redis_pipeline_read), returning RS_OK or
+ * the failure that ends the call. It may ERROR only for interrupts.
+ *
+ * redis_pipeline_ready, _append and _push are safe in transaction abort:
+ * no ERROR, no PostgreSQL memory, no WaitEventSet, no connecting; _push
+ * waits in poll() for at most budget_ms, and leaves what it could not write
+ * in the output buffer for the next command. A connection left in the middle
+ * of an exchange (FATAL skips PG_CATCH) is discarded by _ready, without I/O.
+ */
+typedef RedisStatus (*RedisPipelineHook) (RedisResult *result);
+
+extern void redis_set_pipeline_hook(RedisPipelineHook hook);
+extern bool redis_pipeline_ready(void);
+extern bool redis_pipeline_append(int argc, const char **argv, const size_t *argvlen);
+extern bool redis_pipeline_push(int budget_ms);
+extern RedisStatus redis_pipeline_write(RedisResult *result);
+extern RedisStatus redis_pipeline_read(redisReply **reply, RedisResult *result);
+/* At backend exit: waits only in poll(), until deadline. */
+extern RedisStatus redis_pipeline_read_nowait(redisReply **reply, TimestampTz deadline,
+											  RedisResult *result);
+/* Replies still owed on the open connection. */
+extern int	redis_pipelined(void);
+
+/* Connect if needed and run the pipeline hook, without a command of its own. */
+extern void redis_sync(RedisResult *result);
+
+/*
+ * Which connection is open (0: none); a new connection has a new number, so
+ * that a caller can tell that replies owed on an earlier one are lost.
+ */
+extern uint64 redis_connection_id(void);
+/* Which server slidewin.redis_url names (0: none); changes with the URL. */
+extern uint32 redis_target_id(void);
 
 #endif

@@ -7,203 +7,659 @@
  * spent at once, like a sequence value. With refund_on_abort, each entry a
  * (sub)transaction records in Redis is remembered here, tagged with its
  * subtransaction; if that subtransaction or the whole transaction aborts,
- * its entries are given back by a script that removes them (store_redis.c).
+ * its entries are given back by a script (store_redis.c, scripts.c).
  * Commit and PREPARE TRANSACTION keep them: a prepared transaction's units
  * stay spent whatever its fate, since the backend that would refund them is
  * gone by then. The fallback store needs none of this: its rows vanish with
  * the transaction.
  *
- * Refunds run inside abort processing, where interrupts are held and an
- * ERROR must not escape: redis_store_refund never raises, every wait is
- * bounded by the command timeout, and a refund that cannot reach Redis is
- * dropped (the units stay spent: the safe direction), counted and reported
- * with a WARNING.
+ * Refunds never wait inside abort. Abort processing holds interrupts, and
+ * an ERROR there is escalated to PANIC, so the abort callbacks only move
+ * the aborted entries to the refund queue (no allocation: the queue's room
+ * is reserved when an entry is remembered), and, if a connection is open
+ * and not in the middle of an exchange, append their commands to it and
+ * push the bytes out for a few milliseconds at most (poll() only; no latch,
+ * no WaitEventSet, no connecting, no reading). Redis applies them as they
+ * arrive. Their replies are read by the pipeline hook that redis_exec runs
+ * before this backend's next command, in normal context, interruptibly;
+ * that hook also sends whatever is still queued (no connection was open at
+ * abort, the connection broke, Redis lost the script). Refunds are
+ * idempotent in Redis, so one sent twice (its connection was lost before
+ * the reply) gives back once.
+ *
+ * A refund is counted as done when its reply says so, and the deny cache
+ * moves the key's generation at that moment; until then deny_cache keeps
+ * the key's bucket out of the cache (deny_cache_refund_begin/_end).
+ *
+ * A refund is dropped (its units stay spent: the safe direction), counted
+ * and reported, only when: the server it belongs to is no longer the one
+ * slidewin.redis_url names; Redis answered with an error other than a
+ * transient one (or a transient one REFUND_MAX_TRIES times); or the backend
+ * exits before it could be sent (at exit, a bounded last attempt is made).
+ *
+ * Memory: entries live in their own context, reset whenever nothing is
+ * remembered or queued, so a burst of refunds does not stay allocated.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "deny_cache.h"
 #include "policy.h"
+#include "redis_conn.h"
 #include "refund.h"
+#include "scripts.h"
 #include "store_redis.h"
 
 bool		slidewin_refund_on_abort = false;
 int64		refund_done_count = 0;
 int64		refund_dropped_count = 0;
 
+/* How long abort may spend pushing refund bytes out (capped by command_timeout). */
+#define ABORT_PUSH_BUDGET_MS 20
+/* How long backend exit may spend on a last try (capped by command_timeout). */
+#define EXIT_BUDGET_MS 250
+/* A refund answered with a transient error this many times is dropped. */
+#define REFUND_MAX_TRIES 5
+
+typedef enum EntryState
+{
+	ENTRY_LIVE,					/* remembered by the current transaction */
+	ENTRY_PENDING,				/* to be sent */
+	ENTRY_SENT,					/* sent; its reply is owed */
+	ENTRY_DONE
+} EntryState;
+
 typedef struct RefundEntry
 {
-	char	   *rkey;			/* Redis key, in TopMemoryContext */
-	int			rkeylen;
 	int64		ts;
 	int64		cost;
 	int64		win_us;
 	uint32		key_hash;		/* of the user's key, for the deny cache */
+	uint32		target;			/* redis_target_id() when recorded */
 	SubTransactionId subid;
+	uint8		state;
+	uint8		tries;			/* transient failures so far */
+	bool		ever_sent;		/* Redis may have applied it */
+	int			rkeylen;
+	int			lkeylen;
+	char	   *lkey;			/* the ledger's Redis key, after rkey */
+	char		rkey[FLEXIBLE_ARRAY_MEMBER];	/* the log's Redis key */
 } RefundEntry;
 
-static RefundEntry *entries = NULL;
-static int	n_entries = 0;
-static int	max_entries = 0;
+static MemoryContext refund_cxt = NULL;
+
+/* The current transaction's entries, oldest first: a stack of subxacts. */
+static RefundEntry **live = NULL;
+static int	n_live = 0;
+static int	max_live = 0;
+
+/*
+ * The refund queue, in the order refunds were decided, which is also the
+ * order of each key's entries (so most refunds append to their ledger in
+ * Redis). Invariant: max_queue >= n_queue + n_live, so that an abort can
+ * move every live entry here without allocating. Replies come back in the
+ * order entries were sent, which is queue order among ENTRY_SENT entries:
+ * an entry only goes back to pending when its connection is lost (then all
+ * of them do) or when the hook reads its reply (and the hook reads all
+ * replies before anything else is sent).
+ */
+static RefundEntry **queue = NULL;
+static int	q_head = 0;			/* entries before it are done */
+static int	n_queue = 0;
+static int	max_queue = 0;
+static int	q_send = 0;			/* no entry before it is pending */
+static int	q_reply = 0;		/* no entry before it is sent */
+static int	n_sent = 0;
+static uint64 sent_on = 0;		/* connection the sent entries went on */
+
+static bool exit_registered = false;
+
+/*
+ * The connection on which a refund reply showed that Redis has the refund
+ * script. On any other, the first refund sent is an EVAL, so that a refund
+ * sent at abort is applied at once even by a Redis that never saw it.
+ */
+static uint64 script_known_on = 0;
+
+static RedisStatus pipeline_hook(RedisResult *result);
+static void refund_at_exit(int code, Datum arg);
+
+/* ---------------------------------------------------------------------
+ * Memory (normal context only)
+ * ---------------------------------------------------------------------
+ */
+
+static void
+reset_if_idle(void)
+{
+	if (n_live == 0 && q_head == n_queue && refund_cxt != NULL)
+	{
+		MemoryContextReset(refund_cxt);
+		live = NULL;
+		queue = NULL;
+		max_live = max_queue = 0;
+		n_queue = q_head = q_send = q_reply = 0;
+		n_sent = 0;
+	}
+}
+
+/* Slide the queue down over the done entries at its head. */
+static void
+compact_queue(void)
+{
+	if (q_head == 0)
+		return;
+	memmove(queue, queue + q_head, (n_queue - q_head) * sizeof(RefundEntry *));
+	n_queue -= q_head;
+	q_send = Max(q_send - q_head, 0);
+	q_reply = Max(q_reply - q_head, 0);
+	q_head = 0;
+}
+
+static void
+reserve(void)
+{
+	if (refund_cxt == NULL)
+		refund_cxt = AllocSetContextCreate(TopMemoryContext, "slidewin refunds",
+										   ALLOCSET_DEFAULT_SIZES);
+	if (n_live == max_live)
+	{
+		int			n = Max(16, max_live * 2);
+
+		live = live == NULL ? MemoryContextAlloc(refund_cxt, n * sizeof(RefundEntry *)) :
+			repalloc(live, n * sizeof(RefundEntry *));
+		max_live = n;
+	}
+	compact_queue();
+	if (n_queue + n_live + 1 > max_queue)
+	{
+		int			n = Max(16, Max(max_queue * 2, n_queue + n_live + 1));
+
+		queue = queue == NULL ? MemoryContextAlloc(refund_cxt, n * sizeof(RefundEntry *)) :
+			repalloc(queue, n * sizeof(RefundEntry *));
+		max_queue = n;
+	}
+}
 
 void
 refund_remember(const RlArgs *args, int64 recorded_ts)
 {
 	RefundEntry *e;
 	char	   *key;
+	char	   *lkey;
 	int			keylen;
+	int			lkeylen;
 
-	if (n_entries == max_entries)
+	if (!exit_registered)
 	{
-		int			n = Max(16, max_entries * 2);
-
-		entries = entries == NULL ?
-			MemoryContextAlloc(TopMemoryContext, n * sizeof(RefundEntry)) :
-			repalloc(entries, n * sizeof(RefundEntry));
-		max_entries = n;
+		on_shmem_exit(refund_at_exit, (Datum) 0);
+		exit_registered = true;
 	}
-	key = redis_store_log_key(args, &keylen);
-	e = &entries[n_entries];
-	e->rkey = MemoryContextStrdup(TopMemoryContext, key);
+	/* The abort must never have to compute a SHA1 (it allocates). */
+	scripts_prepare();
+	reserve();
+	redis_store_log_keys(args, &key, &keylen, &lkey, &lkeylen);
+	e = MemoryContextAlloc(refund_cxt, offsetof(RefundEntry, rkey) + keylen + lkeylen + 2);
+	memcpy(e->rkey, key, keylen + 1);
 	e->rkeylen = keylen;
+	e->lkey = e->rkey + keylen + 1;
+	memcpy(e->lkey, lkey, lkeylen + 1);
+	e->lkeylen = lkeylen;
 	e->ts = recorded_ts;
 	e->cost = args->cost;
 	e->win_us = args->win_us;
 	e->key_hash = deny_cache_key_hash(args->key, args->keylen);
+	e->target = redis_target_id();
 	e->subid = GetCurrentSubTransactionId();
-	n_entries++;
+	e->state = ENTRY_LIVE;
+	e->tries = 0;
+	e->ever_sent = false;
+	live[n_live++] = e;
 	pfree(key);
+	pfree(lkey);
 }
 
+/* ---------------------------------------------------------------------
+ * Moving entries (safe in abort: no allocation, no ERROR)
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Queue live[from..n_live) for refunding, in order. The live stack is cut
+ * first, so that an abort re-entered for any reason never queues an entry
+ * twice.
+ */
 static void
-forget(int i)
+queue_live_from(int from)
 {
-	pfree(entries[i].rkey);
-	entries[i].rkey = NULL;
-}
+	int			end = n_live;
 
-static void
-give_back(RefundEntry *e)
-{
-	RedisResult r;
-	bool		given_back;
-	bool		ok;
-
-	r.reply = NULL;
-	ok = policy_redis_may_be_tried(&r) &&
-		redis_store_refund(e->rkey, e->rkeylen, e->ts, e->cost, e->win_us,
-						   &given_back, &r);
-
-	/*
-	 * After Redis has the units back, never before: a backend that reads
-	 * the old generation then asked Redis before the refund, and its cached
-	 * denial is void by the bump.
-	 */
-	deny_cache_invalidate(e->key_hash);
-	if (ok)
+	n_live = Min(n_live, from);
+	for (int i = from; i < end; i++)
 	{
-		if (given_back)
-			refund_done_count++;
-		return;
+		RefundEntry *e = live[i];
+
+		Assert(n_queue < max_queue);
+		e->state = ENTRY_PENDING;
+		deny_cache_refund_begin(e->key_hash);
+		if (q_send > n_queue)
+			q_send = n_queue;
+		queue[n_queue++] = e;
 	}
-	if (r.status != RS_FAIL_REPLY)
-		policy_redis_failed(&r);
-	refund_dropped_count++;
-	ereport(WARNING,
-			(errcode(ERRCODE_CONNECTION_FAILURE),
-			 errmsg("slidewin could not give back " INT64_FORMAT " units of an aborted transaction",
-					e->cost),
-			 errdetail_internal("%s", r.message)));
+}
+
+/* An entry leaves the queue; it stays allocated until the context is reset. */
+static void
+finish(RefundEntry *e, bool given_back)
+{
+	if (e->state == ENTRY_SENT)
+		n_sent--;
+	e->state = ENTRY_DONE;
+	if (given_back)
+		refund_done_count++;
+	deny_cache_refund_end(e->key_hash, e->ever_sent);
+	while (q_head < n_queue && queue[q_head]->state == ENTRY_DONE)
+		q_head++;
+}
+
+/* Replies owed on a connection that is gone will never come: send again. */
+static void
+reclaim_lost(void)
+{
+	if (n_sent == 0 || (sent_on == redis_connection_id() && sent_on != 0))
+		return;
+	for (int i = q_head; i < n_queue; i++)
+		if (queue[i]->state == ENTRY_SENT)
+			queue[i]->state = ENTRY_PENDING;
+	n_sent = 0;
+	q_send = q_head;
+	q_reply = n_queue;
 }
 
 /*
- * Give back the entries from `from` on (only those of subtransaction subid,
- * if only_subid), keeping the others in order.
+ * Append every pending refund for the current server to the connection's
+ * pipeline. Returns false if the connection could not take them (it is then
+ * discarded, and what was appended goes back to pending at the next look).
+ * The first command of a round that must load the script is an EVAL; the
+ * EVALSHAs after it on the same connection find the script loaded.
+ */
+static bool
+append_pending(void)
+{
+	char		now[24];
+	uint32		target = redis_target_id();
+	bool		evaled;
+	int			first_pending = -1;
+
+	if (!redis_pipeline_ready())
+		return false;
+	reclaim_lost();
+	evaled = (script_known_on == redis_connection_id());
+	if (!redis_store_refund_clock(now, sizeof(now)))
+		return true;			/* the test clock is not parsed: later */
+	for (int i = Max(q_send, q_head); i < n_queue; i++)
+	{
+		RefundEntry *e = queue[i];
+		bool		eval;
+
+		if (e->state != ENTRY_PENDING)
+			continue;
+		if (e->target != target)
+		{
+			/* For another server: left for the hook to drop. */
+			if (first_pending < 0)
+				first_pending = i;
+			continue;
+		}
+		eval = !evaled;
+		if (!redis_store_refund_append(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
+									   e->ts, e->cost, e->win_us, now, eval))
+		{
+			q_send = Min(q_send, i);
+			return false;
+		}
+		evaled |= eval;
+		e->state = ENTRY_SENT;
+		e->ever_sent = true;
+		n_sent++;
+		sent_on = redis_connection_id();
+		if (i < q_reply)
+			q_reply = i;
+	}
+	q_send = first_pending >= 0 ? first_pending : n_queue;
+	return true;
+}
+
+/* In abort: queue the entries from live[from] on and send what we can. */
+static void
+refund_from_abort(int from)
+{
+	int			budget = Min(slidewin_command_timeout, ABORT_PUSH_BUDGET_MS);
+
+	queue_live_from(from);
+	if (append_pending())
+		(void) redis_pipeline_push(budget);
+}
+
+/* ---------------------------------------------------------------------
+ * Replies (normal context, or backend exit)
+ * ---------------------------------------------------------------------
+ */
+
+static void
+warn_dropped(int level, RefundEntry *e, const char *why)
+{
+	refund_dropped_count++;
+	ereport(level,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("slidewin could not give back " INT64_FORMAT " units of an aborted transaction",
+					e->cost),
+			 errdetail_internal("%s", why)));
+}
+
+/* The sent entry whose reply comes next (NULL: none, which cannot happen). */
+static RefundEntry *
+next_sent(void)
+{
+	while (q_reply < n_queue && queue[q_reply]->state != ENTRY_SENT)
+		q_reply++;
+	if (q_reply >= n_queue)
+		return NULL;
+	return queue[q_reply++];
+}
+
+/*
+ * Settle one reply: done, dropped, or pending again (to be sent in the next
+ * round). At exit (level LOG) nothing is sent again: such an entry is dropped.
  */
 static void
-refund_range(int from, bool only_subid, SubTransactionId subid)
+settle(RefundEntry *e, redisReply *reply, int level)
 {
-	int			keep = from;
+	RefundVerdict v = redis_store_refund_verdict(reply);
 
-	for (int i = from; i < n_entries; i++)
+	switch (v)
 	{
-		if (only_subid && entries[i].subid != subid)
-			entries[keep++] = entries[i];
-		else
+		case REFUND_GIVEN:
+		case REFUND_NOTHING:
+			script_known_on = redis_connection_id();
+			finish(e, v == REFUND_GIVEN);
+			break;
+		case REFUND_NOSCRIPT:
+		case REFUND_RETRY:
+			if (level == LOG || ++e->tries >= REFUND_MAX_TRIES)
+			{
+				warn_dropped(level, e, reply->str);
+				finish(e, false);
+				break;
+			}
+			if (v == REFUND_NOSCRIPT)
+				script_known_on = 0;
+			n_sent--;
+			e->state = ENTRY_PENDING;
+			q_send = Min(q_send, q_reply - 1);
+			break;
+		case REFUND_FAILED:
+			warn_dropped(level, e, reply->type == REDIS_REPLY_ERROR ? reply->str :
+						 "unexpected reply from Redis to a refund");
+			finish(e, false);
+			break;
+	}
+}
+
+/* Drop pending refunds that belong to a server slidewin no longer uses. */
+static void
+drop_foreign(void)
+{
+	uint32		target = redis_target_id();
+
+	for (int i = Max(q_send, q_head); i < n_queue; i++)
+	{
+		RefundEntry *e = queue[i];
+
+		if (e->state == ENTRY_PENDING && e->target != target)
+			{
+				warn_dropped(WARNING, e,
+							 "slidewin.redis_url names another server than the one that admitted them.");
+				finish(e, false);
+			}
+	}
+}
+
+/*
+ * The pipeline hook: runs in redis_exec before every command, on an open
+ * connection, in normal context. Sends the queued refunds and reads every
+ * reply owed, so that the command that follows reads its own reply and sees
+ * the units given back. Each wait is bounded by command_timeout since the
+ * last progress; an interrupt ERRORs out (redis_exec then discards the
+ * connection, and the refunds in flight are sent again later).
+ */
+static RedisStatus
+pipeline_hook(RedisResult *result)
+{
+	int64		dummy;
+
+	if (q_head == n_queue)
+		return RS_OK;
+	(void) limit_test_clock(&dummy);	/* parse it here, where that may ERROR */
+	drop_foreign();
+	for (int round = 0; q_head < n_queue; round++)
+	{
+		RedisStatus st;
+
+		if (!append_pending())
 		{
-			give_back(&entries[i]);
-			forget(i);
+			snprintf(result->message, sizeof(result->message),
+					 "could not queue a refund on the connection to Redis");
+			result->status = RS_FAIL_IO;
+			return RS_FAIL_IO;
+		}
+		if (n_sent == 0)
+			break;				/* only unsendable entries left */
+		st = redis_pipeline_write(result);
+		if (st != RS_OK)
+			return st;
+		while (n_sent > 0)
+		{
+			redisReply *reply;
+
+			RefundEntry *e;
+
+			st = redis_pipeline_read(&reply, result);
+			if (st != RS_OK)
+				return st;
+			e = next_sent();
+			if (e == NULL)
+			{
+				freeReplyObject(reply);
+				snprintf(result->message, sizeof(result->message),
+						 "a reply from Redis matches no refund sent");
+				result->status = RS_FAIL_IO;
+				return RS_FAIL_IO;
+			}
+			settle(e, reply, WARNING);
+			freeReplyObject(reply);
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	compact_queue();
+	reset_if_idle();
+	return RS_OK;
+}
+
+/*
+ * Settle the refunds queued now, in normal context (a statement-level
+ * trigger giving back its admissions before raising its denial).
+ */
+static void
+flush_now(void)
+{
+	RedisResult r;
+
+	if (q_head == n_queue)
+		return;
+	r.reply = NULL;
+	if (!policy_redis_may_be_tried(&r))
+		return;
+	redis_sync(&r);
+	if (r.reply)
+		freeReplyObject(r.reply);
+	if (r.status != RS_OK)
+		policy_redis_failed(&r);
+}
+
+/*
+ * Backend exit. Runs after the last transaction was aborted (so its refunds
+ * are queued) and while shared memory is still attached. One try of at most
+ * EXIT_BUDGET_MS in all, with poll() only, to send what is queued on the
+ * open connection and read the replies; whatever is left is dropped and
+ * logged. No connection is opened here.
+ */
+static void
+refund_at_exit(int code, Datum arg)
+{
+	TimestampTz deadline;
+	int			budget = Min(slidewin_command_timeout, EXIT_BUDGET_MS);
+	int			unsent = 0;
+	int			unconfirmed = 0;
+
+	if (q_head == n_queue)
+		return;
+	/* Exit cannot be interrupted: keep it short, whatever command_timeout says. */
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), budget);
+	if (append_pending() && redis_pipeline_push(budget))
+	{
+		while (n_sent > 0 && redis_pipelined() > 0)
+		{
+			RedisResult r;
+			redisReply *reply;
+			RefundEntry *e;
+
+			if (redis_pipeline_read_nowait(&reply, deadline, &r) != RS_OK)
+				break;
+			e = next_sent();
+			if (e != NULL)
+				settle(e, reply, LOG);
+			freeReplyObject(reply);
+			if (e == NULL)
+				break;
 		}
 	}
-	n_entries = keep;
+	for (int i = q_head; i < n_queue; i++)
+	{
+		RefundEntry *e = queue[i];
+
+		if (e->state == ENTRY_DONE)
+			continue;
+		if (e->state == ENTRY_SENT)
+			unconfirmed++;
+		else
+		{
+			unsent++;
+			refund_dropped_count++;
+		}
+		/* a sent one may have been applied: move the generation anyway */
+		finish(e, false);
+	}
+	if (unsent > 0 || unconfirmed > 0)
+		ereport(LOG,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("slidewin dropped %d refunds at backend exit", unsent),
+				 errdetail("%d refunds could not be sent to Redis; %d were sent but not confirmed.",
+						   unsent, unconfirmed)));
 }
+
+/* ---------------------------------------------------------------------
+ * Marks, for rl_trigger (normal context)
+ * ---------------------------------------------------------------------
+ */
 
 int
 refund_mark(void)
 {
-	return n_entries;
+	return n_live;
 }
 
 void
 refund_since(int mark)
 {
-	refund_range(mark, false, InvalidSubTransactionId);
+	if (mark >= n_live)
+		return;
+	queue_live_from(mark);
+	flush_now();
+}
+
+static void
+forget_live_from(int from)
+{
+	for (int i = from; i < n_live; i++)
+		pfree(live[i]);
+	n_live = Min(n_live, from);
 }
 
 void
 refund_forget_since(int mark)
 {
-	for (int i = mark; i < n_entries; i++)
-		forget(i);
-	n_entries = Min(n_entries, mark);
+	forget_live_from(mark);
 }
 
-static void
-forget_all(void)
-{
-	for (int i = 0; i < n_entries; i++)
-		forget(i);
-	n_entries = 0;
-}
+/* ---------------------------------------------------------------------
+ * Transaction callbacks
+ * ---------------------------------------------------------------------
+ */
 
 static void
 xact_callback(XactEvent event, void *arg)
 {
-	if (n_entries == 0)
-		return;
 	switch (event)
 	{
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			refund_range(0, false, InvalidSubTransactionId);
+			if (n_live > 0)
+				refund_from_abort(0);
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PREPARE:
-			forget_all();
+			forget_live_from(0);
+			reset_if_idle();
 			break;
 		default:
 			break;
 	}
 }
 
+/*
+ * A subtransaction's entries are the tail of `live`: entries are appended
+ * in time order, a child's entries come after everything its parent did
+ * before the child began, and the parent adds nothing while a child runs.
+ * So commit and abort touch only that tail, never the whole array.
+ */
 static void
 subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				 SubTransactionId parentSubid, void *arg)
 {
-	if (n_entries == 0)
+	int			from = n_live;
+
+	if (n_live == 0)
 		return;
+	while (from > 0 && live[from - 1]->subid == mySubid)
+		from--;
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-		refund_range(0, true, mySubid);
+	{
+		if (from < n_live)
+			refund_from_abort(from);
+	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
-		for (int i = 0; i < n_entries; i++)
-			if (entries[i].subid == mySubid)
-				entries[i].subid = parentSubid;
+		for (int i = from; i < n_live; i++)
+			live[i]->subid = parentSubid;
 	}
 }
 
@@ -212,4 +668,11 @@ refund_init(void)
 {
 	RegisterXactCallback(xact_callback, NULL);
 	RegisterSubXactCallback(subxact_callback, NULL);
+	redis_set_pipeline_hook(pipeline_hook);
+}
+
+void
+refund_settle(void)
+{
+	flush_now();
 }

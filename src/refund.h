@@ -21,6 +21,12 @@ extern void refund_since(int mark);
 /* Stop remembering the entries from `mark` on, keeping their units spent. */
 extern void refund_forget_since(int mark);
 
+/*
+ * Send the queued refunds and read the replies owed, now (normal context;
+ * may ERROR only for interrupts). Does nothing if Redis is not to be tried.
+ */
+extern void refund_settle(void);
+
 /* Units given back, refunds dropped because Redis could not be reached. */
 extern int64 refund_done_count;
 extern int64 refund_dropped_count;

@@ -19,6 +19,13 @@
  * they are removed and their running total is kept in one entry scored -inf,
  * so every call costs O(log n) in the entries of the key, never O(n).
  *
+ * Refunds (lua_log_refund) never rewrite the log: a second sorted set per
+ * key, the ledger, holds one member per entry given back, scored like that
+ * entry, whose member is the ledger's own running total of units given
+ * back, trimmed and renumbered together with the log. Every script that
+ * counts units subtracts the ledger's units over the same range of scores.
+ * Most keys never have a ledger, and pay one EXISTS for it.
+ *
  * Numbers in Redis Lua are doubles, and Lua turns them into strings with
  * %.14g, which would round microsecond timestamps; every number handed to
  * redis.call goes through fmt() for that reason.
@@ -41,42 +48,79 @@
 "  local t = redis.call('TIME')\n" \
 "  return tonumber(t[1]) * 1000000 + tonumber(t[2])\n" \
 "end\n" \
+"-- The ledger key when it exists (most keys never had a refund).\n" \
+"local function ledger(lkey)\n" \
+"  if redis.call('EXISTS', lkey) == 1 then return lkey end\n" \
+"  return nil\n" \
+"end\n" \
+"-- Units the ledger gave back for entries scored at most s (O(log n)).\n" \
+"local function refunded_upto(lk, s)\n" \
+"  local r = redis.call('ZREVRANGEBYSCORE', lk, fmt(s), '-inf', 'LIMIT', 0, 1)\n" \
+"  if r[1] then return tonumber(r[1]) end\n" \
+"  return 0\n" \
+"end\n" \
+"-- The ledger's newest running total and the score it refunds (nil if none).\n" \
+"local function ledger_newest(lk, rb)\n" \
+"  local n = redis.call('ZRANGE', lk, -1, -1, 'WITHSCORES')\n" \
+"  if n[1] and n[2] ~= '-inf' then return tonumber(n[1]), tonumber(n[2]) end\n" \
+"  return rb, nil\n" \
+"end\n" \
+"-- The entry at a rank: the live units up to it, net of refunds, and its score.\n" \
+"local function net_at(key, lk, rank, base, rb)\n" \
+"  local e = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')\n" \
+"  local n, t = tonumber(e[1]) - base, tonumber(e[2])\n" \
+"  if lk then n = n - (refunded_upto(lk, t) - rb) end\n" \
+"  return n, t\n" \
+"end\n" \
 "-- Time at which the live entries from rank r0 on free `need` units, and\n" \
-"-- the time of the first of them (when the count next changes).\n" \
-"local function freeing_time(key, r0, base, need)\n" \
-"  local e = redis.call('ZRANGE', key, r0, r0, 'WITHSCORES')\n" \
-"  local first = tonumber(e[2])\n" \
-"  if tonumber(e[1]) - base >= need then return first, first end\n" \
+"-- the time of the first of them (when the count may next change). Net\n" \
+"-- units never decrease with rank, so a binary search finds it: O(log n),\n" \
+"-- or O(log^2 n) when the key has a ledger.\n" \
+"local function freeing_time(key, lk, r0, base, rb, need)\n" \
+"  local v, first = net_at(key, lk, r0, base, rb)\n" \
+"  if v >= need then return first, first end\n" \
 "  local lo, hi = r0 + 1, redis.call('ZCARD', key) - 1\n" \
 "  while lo < hi do\n" \
 "    local mid = math.floor((lo + hi) / 2)\n" \
-"    e = redis.call('ZRANGE', key, mid, mid)\n" \
-"    if tonumber(e[1]) - base >= need then hi = mid else lo = mid + 1 end\n" \
+"    if net_at(key, lk, mid, base, rb) >= need then hi = mid else lo = mid + 1 end\n" \
 "  end\n" \
-"  e = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')\n" \
+"  local e = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')\n" \
 "  return tonumber(e[2]), first\n" \
 "end\n" \
-"-- The log up to cutoff: its base (running total before the window) and the\n" \
-"-- rank of the first live entry. When writing, expired entries go and their\n" \
-"-- total is kept in one entry scored -inf.\n" \
-"local function trim(key, cutoff, write)\n" \
+"-- When the window holds none of the `used` units: the newest entry not\n" \
+"-- given back leaves it. Only a refund of the newest entry needs a search.\n" \
+"local function last_live(key, lk, r0, base, rb, used, last_ts, rlast)\n" \
+"  if not lk or rlast ~= last_ts then return last_ts end\n" \
+"  return (freeing_time(key, lk, r0, base, rb, used))\n" \
+"end\n" \
+"-- The log up to cutoff: its base (running total before the window), the\n" \
+"-- rank of the first live entry, and the ledger's base. When writing,\n" \
+"-- expired entries go and their totals are kept in one entry scored -inf,\n" \
+"-- in the log and in the ledger alike.\n" \
+"local function trim(key, lk, cutoff, write)\n" \
 "  -- the head of the log (O(1)): when its first timed entry is still in the\n" \
 "  -- window, nothing has expired and no search is needed\n" \
 "  local h = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')\n" \
-"  if not h[1] then return 0, 0 end\n" \
+"  if not h[1] then return 0, 0, 0 end\n" \
+"  local rb = 0\n" \
+"  if lk then rb = refunded_upto(lk, cutoff) end\n" \
 "  local f = 2\n" \
 "  if h[2] == '-inf' then f = 4 end\n" \
 "  if not h[f] or tonumber(h[f]) > cutoff then\n" \
-"    if f == 4 then return tonumber(h[1]), 1 end\n" \
-"    return 0, 0\n" \
+"    if f == 4 then return tonumber(h[1]), 1, rb end\n" \
+"    return 0, 0, rb\n" \
 "  end\n" \
 "  local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)\n" \
-"  if not old[1] then return 0, 0 end\n" \
+"  if not old[1] then return 0, 0, rb end\n" \
 "  if old[2] ~= '-inf' and write then\n" \
 "    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))\n" \
 "    redis.call('ZADD', key, '-inf', old[1])\n" \
+"    if lk then\n" \
+"      redis.call('ZREMRANGEBYSCORE', lk, '-inf', fmt(cutoff))\n" \
+"      if rb > 0 then redis.call('ZADD', lk, '-inf', fmt(rb)) end\n" \
+"    end\n" \
 "  end\n" \
-"  return tonumber(old[1]), 1\n" \
+"  return tonumber(old[1]), 1, rb\n" \
 "end\n" \
 "-- The newest running total and its time (nil if the log holds no entry).\n" \
 "local function newest(key, base)\n" \
@@ -85,29 +129,43 @@
 "  return base, nil\n" \
 "end\n" \
 "-- Record cost units now (or 1 us after the newest entry); returns the score.\n" \
-"local function record(key, now, last_ts, total, base, r0, cost, win)\n" \
+"-- The key expires when its newest entry leaves the window, on the clock\n" \
+"-- that scored it, even if that entry is ahead of now.\n" \
+"local function record(key, lk, now, last_ts, total, base, r0, rb, cost, win)\n" \
 "  local ts = now\n" \
 "  if last_ts and ts <= last_ts then ts = last_ts + 1 end\n" \
 "  if total == base then\n" \
 "    if base > 0 then redis.call('DEL', key) end\n" \
+"    if lk then redis.call('DEL', lk); lk = nil end\n" \
 "    total = 0\n" \
 "  elseif total + cost > 4503599627370496 then\n" \
 "    -- keep running totals exact as doubles: renumber the live entries\n" \
+"    -- (the ledger's totals never exceed the log's, and are renumbered too)\n" \
 "    local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')\n" \
 "    redis.call('DEL', key)\n" \
 "    for i = 1, #all, 2 do\n" \
 "      redis.call('ZADD', key, all[i + 1], fmt(tonumber(all[i]) - base))\n" \
 "    end\n" \
 "    total = total - base\n" \
+"    if lk then\n" \
+"      local refs = redis.call('ZRANGEBYSCORE', lk, '(-inf', '+inf', 'WITHSCORES')\n" \
+"      redis.call('DEL', lk)\n" \
+"      for i = 1, #refs, 2 do\n" \
+"        redis.call('ZADD', lk, refs[i + 1], fmt(tonumber(refs[i]) - rb))\n" \
+"      end\n" \
+"    end\n" \
 "  end\n" \
 "  redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n" \
-"  redis.call('PEXPIRE', key, fmt(math.ceil(win / 1000) + 1))\n" \
+"  local ttl = fmt(math.ceil((ts + win - now) / 1000) + 1)\n" \
+"  redis.call('PEXPIRE', key, ttl)\n" \
+"  if lk then redis.call('PEXPIRE', lk, ttl) end\n" \
 "  return ts\n" \
 "end\n"
 
 /*
- * KEYS[1] log; ARGV lim, win (us), cost, now (us, or '' for Redis TIME),
- * force ('1': record the call even if it is over the limit, for shadow mode).
+ * KEYS[1] log, KEYS[2] ledger; ARGV lim, win (us), cost, now (us, or '' for
+ * Redis TIME), force ('1': record the call even if it is over the limit, for
+ * shadow mode).
  * Returns {allowed, remaining, retry_after_us, reset_at_us, used, recorded,
  * stable_us}, where recorded is the score of the entry written, or -1, and
  * stable_us (on a denial) is how long the same call would get the same answer
@@ -116,62 +174,76 @@
  * limit reports allowed = 0 with the retry_after it would have had.
  */
 static const char lua_log_attempt[] = LUA_PRELUDE
-"local key = KEYS[1]\n"
+"local key, lk = KEYS[1], ledger(KEYS[2])\n"
 "local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 "local now = clock(ARGV[4])\n"
-"local base, r0 = trim(key, now - win, true)\n"
+"local base, r0, rb = trim(key, lk, now - win, true)\n"
 "local total, last_ts = newest(key, base)\n"
-"local used = total - base\n"
+"local rt, rlast = rb, nil\n"
+"if lk then rt, rlast = ledger_newest(lk, rb) end\n"
+"local used = total - base - (rt - rb)\n"
 "local ok = used + cost <= lim\n"
 "local retry, rem = 0, lim - used - cost\n"
 "if not ok then\n"
 "  rem = lim - used\n"
 "  if rem < 0 then rem = 0 end\n"
-"  local free_at, first = freeing_time(key, r0, base, used + cost - lim)\n"
+"  local free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim)\n"
 "  retry = free_at + win - now\n"
 "  if ARGV[5] ~= '1' then\n"
-"    return {0, rem, retry, last_ts + win, used, -1, math.min(first + win - now, retry)}\n"
+"    local reset = last_live(key, lk, r0, base, rb, used, last_ts, rlast) + win\n"
+"    return {0, rem, retry, reset, used, -1, math.min(first + win - now, retry)}\n"
 "  end\n"
 "  rem = 0\n"
 "end\n"
-"local ts = record(key, now, last_ts, total, base, r0, cost, win)\n"
+"local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, win)\n"
 "return {ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}\n";
 
 /*
- * KEYS[1] log; ARGV ts (the score of an entry this backend recorded), cost,
- * win (us), now (us, or ''). Gives the entry's units back: removes it and
- * lowers every later running total by its cost, so that the totals stay
- * consistent. An entry that has left the window, or is gone (reset, or the
- * key expired), has nothing left to give back.
+ * KEYS[1] log, KEYS[2] ledger; ARGV ts (the score of an entry this backend
+ * recorded), cost, win (us), now (us, or ''). Gives the entry's units back by
+ * adding it to the key's ledger: a sorted set whose scores are the refunded
+ * entries' scores and whose members are the ledger's own running total of
+ * refunded units. The log is left as it is, so the units in a window are
+ * (log newest - log base) - (ledger newest - ledger base), and a refund costs
+ * O(log n), plus O(k) for the k refunds already in the ledger scored after
+ * this one (their totals move up by cost; refunds sent in score order
+ * append, k = 0). An entry that has left the window, is gone (reset, or the
+ * key expired), is not the one recorded (cost differs), or was given back
+ * already has nothing to give back: a refund sent twice gives back once.
  * Returns 1 if units were given back, 0 if there was nothing to give back.
  */
 static const char lua_log_refund[] = LUA_PRELUDE
-"local key = KEYS[1]\n"
+"local key, lk = KEYS[1], KEYS[2]\n"
 "local ts, cost, win = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 "local now = clock(ARGV[4])\n"
 "if ts <= now - win then return 0 end\n"
 "local e = redis.call('ZRANGEBYSCORE', key, ARGV[1], ARGV[1])\n"
 "if not e[1] then return 0 end\n"
-"local m = tonumber(e[1])\n"
-"local rank = redis.call('ZRANK', key, e[1])\n"
+"local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. ARGV[1], '-inf', 'LIMIT', 0, 1)\n"
 "local prev = 0\n"
-"if rank > 0 then prev = tonumber(redis.call('ZRANGE', key, rank - 1, rank - 1)[1]) end\n"
-"if m - prev ~= cost then return 0 end\n"
-"local later = redis.call('ZRANGE', key, rank + 1, -1, 'WITHSCORES')\n"
-"redis.call('ZREM', key, e[1])\n"
-"-- ascending order: a lowered total never meets one not yet lowered\n"
-"for i = 1, #later, 2 do\n"
-"  redis.call('ZREM', key, later[i])\n"
-"  redis.call('ZADD', key, later[i + 1], fmt(tonumber(later[i]) - cost))\n"
+"if p[1] then prev = tonumber(p[1]) end\n"
+"if tonumber(e[1]) - prev ~= cost then return 0 end\n"
+"if redis.call('ZCOUNT', lk, ARGV[1], ARGV[1]) > 0 then return 0 end\n"
+"local r = refunded_upto(lk, ts)\n"
+"-- later refunds move up by cost, newest first, so that no moved total\n"
+"-- ever meets one not yet moved\n"
+"local later = redis.call('ZRANGEBYSCORE', lk, '(' .. ARGV[1], '+inf', 'WITHSCORES')\n"
+"for i = #later - 1, 1, -2 do\n"
+"  redis.call('ZREM', lk, later[i])\n"
+"  redis.call('ZADD', lk, later[i + 1], fmt(tonumber(later[i]) + cost))\n"
 "end\n"
+"redis.call('ZADD', lk, ARGV[1], fmt(r + cost))\n"
+"local ttl = redis.call('PTTL', key)\n"
+"if ttl > 0 then redis.call('PEXPIRE', lk, ttl) end\n"
 "return 1\n";
 
 /*
- * KEYS[1] log; ARGV lim, win (us), now (us, or ''). Reads only.
- * Returns the same fields as an attempt of cost 1 would, without recording.
+ * KEYS[1] log, KEYS[2] ledger; ARGV lim, win (us), now (us, or ''). Reads
+ * only. Returns the same fields as an attempt of cost 1 would, without
+ * recording.
  */
 static const char lua_log_peek[] = LUA_PRELUDE
-"local key = KEYS[1]\n"
+"local key, lk = KEYS[1], ledger(KEYS[2])\n"
 "local lim, win = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
 "local now = clock(ARGV[3])\n"
 "local cutoff = now - win\n"
@@ -182,13 +254,19 @@ static const char lua_log_peek[] = LUA_PRELUDE
 "local base = 0\n"
 "local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'LIMIT', 0, 1)\n"
 "if old[1] then base = tonumber(old[1]) end\n"
-"local used = tonumber(newest[1]) - base\n"
-"local reset = tonumber(newest[2]) + win\n"
-"if used + 1 <= lim then return {1, lim - used, 0, reset, used, -1} end\n"
+"local rb, rt, rlast = 0, 0, nil\n"
+"if lk then\n"
+"  rb = refunded_upto(lk, cutoff)\n"
+"  rt, rlast = ledger_newest(lk, rb)\n"
+"end\n"
+"local used = tonumber(newest[1]) - base - (rt - rb)\n"
+"if used <= 0 then return {1, lim, 0, now, 0, -1} end\n"
 "local r0 = redis.call('ZCOUNT', key, '-inf', fmt(cutoff))\n"
+"local reset = last_live(key, lk, r0, base, rb, used, tonumber(newest[2]), rlast) + win\n"
+"if used + 1 <= lim then return {1, lim - used, 0, reset, used, -1} end\n"
 "local rem = lim - used\n"
 "if rem < 0 then rem = 0 end\n"
-"return {0, rem, freeing_time(key, r0, base, used + 1 - lim) + win - now, reset, used, -1}\n";
+"return {0, rem, freeing_time(key, lk, r0, base, rb, used + 1 - lim) + win - now, reset, used, -1}\n";
 
 /*
  * The counting algorithms keep O(1) state per key in a hash (or a string),
@@ -307,7 +385,7 @@ static const char lua_token_bucket[] = LUA_PRELUDE
 "return {0, 0, math.max(1, math.ceil(new - win - now - 1e-3)), math.ceil(new), used + cost, -1}\n";
 
 /*
- * rl_attempt_multi: KEYS[1] log; ARGV n, lim1..limn, win1..winn (us), cost,
+ * rl_attempt_multi: KEYS[1] log, KEYS[2] ledger; ARGV n, lim1..limn, win1..winn (us), cost,
  * now, mode ('0', '1' force, 'p' peek). The sliding log above, with one
  * entry per admitted call, checked against every (lim, win): admitted only
  * if every window admits it, and then recorded once, so in all of them.
@@ -315,27 +393,30 @@ static const char lua_token_bucket[] = LUA_PRELUDE
  * constraining window: the smallest remaining, the largest retry_after.
  */
 static const char lua_log_multi[] = LUA_PRELUDE
-"local key = KEYS[1]\n"
+"local key, lk = KEYS[1], ledger(KEYS[2])\n"
 "local n = tonumber(ARGV[1])\n"
 "local cost = tonumber(ARGV[2 + 2 * n])\n"
 "local now = clock(ARGV[3 + 2 * n])\n"
 "local mode = ARGV[4 + 2 * n]\n"
 "local maxwin = 0\n"
 "for i = 1, n do maxwin = math.max(maxwin, tonumber(ARGV[1 + n + i])) end\n"
-"local base, r0 = trim(key, now - maxwin, mode ~= 'p')\n"
+"local base, r0, rb = trim(key, lk, now - maxwin, mode ~= 'p')\n"
 "local total, last_ts = newest(key, base)\n"
+"local rt, rlast = rb, nil\n"
+"if lk then rt, rlast = ledger_newest(lk, rb) end\n"
 "local ok, rem, retry, used = true, nil, 0, 0\n"
 "for i = 1, n do\n"
 "  local lim, win = tonumber(ARGV[1 + i]), tonumber(ARGV[1 + n + i])\n"
-"  local bi = base\n"
+"  local bi, rbi = base, 0\n"
 "  local o = redis.call('ZREVRANGEBYSCORE', key, fmt(now - win), '-inf', 'LIMIT', 0, 1)\n"
 "  if o[1] then bi = tonumber(o[1]) end\n"
-"  local ui = total - bi\n"
+"  if lk then rbi = refunded_upto(lk, now - win) end\n"
+"  local ui = total - bi - (rt - rbi)\n"
 "  local ri = lim - ui - cost\n"
 "  if ri < 0 then\n"
 "    ok = false\n"
 "    local ri0 = redis.call('ZCOUNT', key, '-inf', fmt(now - win))\n"
-"    retry = math.max(retry, freeing_time(key, ri0, bi, ui + cost - lim) + win - now)\n"
+"    retry = math.max(retry, freeing_time(key, lk, ri0, bi, rbi, ui + cost - lim) + win - now)\n"
 "  end\n"
 "  -- a peek reports the units left, not those left after a call\n"
 "  if ri < 0 or mode == 'p' then ri = math.max(lim - ui, 0) end\n"
@@ -343,10 +424,20 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "end\n"
 "if mode == 'p' or (not ok and mode ~= '1') then\n"
 "  local reset = now\n"
-"  if last_ts then reset = last_ts + maxwin end\n"
+"  if last_ts then\n"
+"    local umax = total - base - (rt - rb)\n"
+"    if lk and rlast == last_ts then\n"
+"      if umax > 0 then\n"
+"        local rm = redis.call('ZCOUNT', key, '-inf', fmt(now - maxwin))\n"
+"        reset = last_live(key, lk, rm, base, rb, umax, last_ts, rlast) + maxwin\n"
+"      end\n"
+"    else\n"
+"      reset = last_ts + maxwin\n"
+"    end\n"
+"  end\n"
 "  return {ok and 1 or 0, rem, retry, reset, used, -1}\n"
 "end\n"
-"local ts = record(key, now, last_ts, total, base, r0, cost, maxwin)\n"
+"local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, maxwin)\n"
 "if ok then return {1, rem, 0, ts + maxwin, used + cost, ts} end\n"
 "return {0, 0, retry, ts + maxwin, used + cost, ts}\n";
 
@@ -387,41 +478,70 @@ script_sha1(Script *s)
 	return s->sha1;
 }
 
-#define MAX_SCRIPT_ARGS 24
-
 void
-script_run(ScriptId id, const char *key, size_t keylen,
-		   int nargs, const char **args, RedisResult *result)
+scripts_prepare(void)
+{
+	for (int i = 0; i < NUM_SCRIPTS; i++)
+		(void) script_sha1(&scripts[i]);
+}
+
+int
+script_command(ScriptId id, bool eval, int nkeys, const char **keys,
+			   const size_t *keylens, int nargs, const char **args,
+			   const char **argv, size_t *lens)
 {
 	Script	   *s = &scripts[id];
-	const char *argv[MAX_SCRIPT_ARGS + 4];
-	size_t		lens[MAX_SCRIPT_ARGS + 4];
+	static const char *const numkeys[] = {"0", "1", "2", "3"};
+	int			n = 0;
 
-	Assert(nargs <= MAX_SCRIPT_ARGS);
-	argv[0] = "EVALSHA";
-	argv[1] = script_sha1(s);
-	argv[2] = "1";
-	argv[3] = key;
-	lens[0] = 7;
-	lens[1] = SHA1_DIGEST_LENGTH * 2;
-	lens[2] = 1;
-	lens[3] = keylen;
+	Assert(nkeys >= 1 && nkeys <= 3 && nargs <= MAX_SCRIPT_ARGS);
+	Assert(eval || s->sha1[0] != '\0');
+	if (eval)
+	{
+		argv[n] = "EVAL";
+		lens[n++] = 4;
+		argv[n] = s->source;
+		lens[n++] = strlen(s->source);
+	}
+	else
+	{
+		argv[n] = "EVALSHA";
+		lens[n++] = 7;
+		argv[n] = s->sha1;
+		lens[n++] = SHA1_DIGEST_LENGTH * 2;
+	}
+	argv[n] = numkeys[nkeys];
+	lens[n++] = 1;
+	for (int i = 0; i < nkeys; i++)
+	{
+		argv[n] = keys[i];
+		lens[n++] = keylens[i];
+	}
 	for (int i = 0; i < nargs; i++)
 	{
-		argv[4 + i] = args[i];
-		lens[4 + i] = strlen(args[i]);
+		argv[n] = args[i];
+		lens[n++] = strlen(args[i]);
 	}
+	return n;
+}
 
-	redis_exec(4 + nargs, argv, lens, result);
+void
+script_run(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
+		   int nargs, const char **args, RedisResult *result)
+{
+	const char *argv[SCRIPT_MAX_ARGV];
+	size_t		lens[SCRIPT_MAX_ARGV];
+	int			argc;
+
+	(void) script_sha1(&scripts[id]);
+	argc = script_command(id, false, nkeys, keys, keylens, nargs, args, argv, lens);
+	redis_exec(argc, argv, lens, result);
 	if (result->status == RS_FAIL_REPLY &&
 		strncmp(result->reply->str, "NOSCRIPT", 8) == 0)
 	{
 		freeReplyObject(result->reply);
 		result->reply = NULL;
-		argv[0] = "EVAL";
-		lens[0] = 4;
-		argv[1] = s->source;
-		lens[1] = strlen(s->source);
-		redis_exec(4 + nargs, argv, lens, result);
+		argc = script_command(id, true, nkeys, keys, keylens, nargs, args, argv, lens);
+		redis_exec(argc, argv, lens, result);
 	}
 }

@@ -19,11 +19,28 @@ typedef enum ScriptId
 	NUM_SCRIPTS
 } ScriptId;
 
+#define MAX_SCRIPT_ARGS 24
+/* Room for EVALSHA, the SHA1, numkeys, up to 3 keys and the arguments. */
+#define SCRIPT_MAX_ARGV (MAX_SCRIPT_ARGS + 6)
+
 /*
- * Run script `id` with one key and `nargs` arguments. EVALSHA first; on
+ * Run script `id` with `nkeys` keys and `nargs` arguments. EVALSHA first; on
  * NOSCRIPT (script cache flushed, Redis restarted) EVAL, which also caches it.
  */
-extern void script_run(ScriptId id, const char *key, size_t keylen,
+extern void script_run(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
 					   int nargs, const char **args, RedisResult *result);
+
+/* Compute every script's SHA1 now, so that script_command never has to. */
+extern void scripts_prepare(void);
+
+/*
+ * Fill argv/lens (SCRIPT_MAX_ARGV entries) with EVALSHA, or EVAL when
+ * `eval`, of script `id`; returns argc. The arrays point into keys, args
+ * and the script table. Allocates nothing and never ERRORs once
+ * scripts_prepare has run, so it may be used in transaction abort.
+ */
+extern int	script_command(ScriptId id, bool eval, int nkeys, const char **keys,
+						   const size_t *keylens, int nargs, const char **args,
+						   const char **argv, size_t *lens);
 
 #endif

@@ -441,7 +441,7 @@ slidewin_reset(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* rl_backend_stats(): this backend's refund counters. */
+/* rl_backend_stats(): this backend's refund counters, after settling its refunds in flight. */
 Datum
 slidewin_backend_stats(PG_FUNCTION_ARGS)
 {
@@ -451,6 +451,8 @@ slidewin_backend_stats(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
+	/* Refunds in flight are settled first, so that the counts are current. */
+	refund_settle();
 	values[0] = Int64GetDatum(refund_done_count);
 	values[1] = Int64GetDatum(refund_dropped_count);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));

@@ -54,6 +54,20 @@ build_key(StringInfo buf, const char *tag, const RlArgs *args)
 }
 
 /*
+ * The ledger of refunds next to a log: the log's tag followed by "r"
+ * ("logr:K" next to "log:K", "mlogr:K" next to "mlog:K"). No tag is another
+ * tag plus "r", so a ledger never meets another structure's key.
+ */
+static void
+build_ledger_key(StringInfo buf, const char *tag, const RlArgs *args)
+{
+	char		ltag[16];
+
+	snprintf(ltag, sizeof(ltag), "%sr", tag);
+	build_key(buf, ltag, args);
+}
+
+/*
  * Sort a finished exchange: true when a reply is there to use, false when
  * Redis could not answer now. Every other failure ERRORs.
  */
@@ -135,15 +149,21 @@ read_outcome(RedisResult *r, RlOutcome *o)
 }
 
 /*
- * Run a script that answers with an outcome, on the key built in *key (which
- * is freed). False when Redis cannot answer now.
+ * Run a script that answers with an outcome, on the key built in *key and,
+ * for the logs, the ledger built in *ledger (NULL for the counting
+ * algorithms); both are freed. False when Redis cannot answer now.
  */
 static bool
-run_outcome_script(ScriptId id, StringInfo key, int nargs, const char **argv,
-				   RlOutcome *o, RedisResult *r)
+run_outcome_script(ScriptId id, StringInfo key, StringInfo ledger,
+				   int nargs, const char **argv, RlOutcome *o, RedisResult *r)
 {
-	script_run(id, key->data, key->len, nargs, argv, r);
+	const char *keys[2] = {key->data, ledger ? ledger->data : NULL};
+	size_t		keylens[2] = {key->len, ledger ? ledger->len : 0};
+
+	script_run(id, ledger ? 2 : 1, keys, keylens, nargs, argv, r);
 	pfree(key->data);
+	if (ledger)
+		pfree(ledger->data);
 	if (!settle(r))
 		return false;
 	read_outcome(r, o);
@@ -170,6 +190,7 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 			   RlOutcome *o, RedisResult *r)
 {
 	StringInfoData key;
+	StringInfoData ledger;
 	char		lim[24],
 				win[24],
 				cost[24],
@@ -178,6 +199,7 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 	int			n = 0;
 
 	build_key(&key, "log", args);
+	build_ledger_key(&ledger, "log", args);
 	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
 	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
 	argv[n++] = lim;
@@ -191,7 +213,7 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 	if (with_cost)
 		argv[n++] = args->force ? "1" : "0";
 
-	return run_outcome_script(id, &key, n, argv, o, r);
+	return run_outcome_script(id, &key, &ledger, n, argv, o, r);
 }
 
 /* Redis key tags, one per algorithm: no algorithm reads another's data. */
@@ -229,7 +251,7 @@ run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[2] = cost;
 	argv[3] = clock_arg(now, sizeof(now));
 	argv[4] = peek ? "p" : args->force ? "1" : "0";
-	return run_outcome_script(counter_scripts[args->algorithm], &key, 5, argv, o, r);
+	return run_outcome_script(counter_scripts[args->algorithm], &key, NULL, 5, argv, o, r);
 }
 
 /*
@@ -240,12 +262,14 @@ static bool
 run_multi_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 {
 	StringInfoData key;
+	StringInfoData ledger;
 	char		bufs[2 * RL_MAX_WINDOWS + 2][24];
 	char		now[24];
 	const char *argv[2 * RL_MAX_WINDOWS + 5];
 	int			n = 0;
 
 	build_key(&key, algorithm_tags[ALGO_MULTI_LOG], args);
+	build_ledger_key(&ledger, algorithm_tags[ALGO_MULTI_LOG], args);
 	snprintf(bufs[0], 24, "%d", args->nwin);
 	argv[n++] = bufs[0];
 	for (int i = 0; i < args->nwin; i++)
@@ -262,7 +286,7 @@ run_multi_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[n++] = bufs[1 + 2 * args->nwin];
 	argv[n++] = clock_arg(now, sizeof(now));
 	argv[n++] = peek ? "p" : args->force ? "1" : "0";
-	return run_outcome_script(SCRIPT_LOG_MULTI, &key, n, argv, o, r);
+	return run_outcome_script(SCRIPT_LOG_MULTI, &key, &ledger, n, argv, o, r);
 }
 
 bool
@@ -285,23 +309,28 @@ redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	return run_counter_script(args, true, o, r);
 }
 
+/* Every structure of the key, in every algorithm, and the logs' ledgers. */
 bool
 redis_store_reset(const RlArgs *args, RedisResult *r)
 {
-	StringInfoData keys[ALGO_COUNT];
-	const char *argv[ALGO_COUNT + 1];
-	size_t		lens[ALGO_COUNT + 1];
+	StringInfoData keys[ALGO_COUNT + 2];
+	const char *argv[ALGO_COUNT + 3];
+	size_t		lens[ALGO_COUNT + 3];
+	int			n = 0;
 
+	for (int i = 0; i < ALGO_COUNT; i++)
+		build_key(&keys[n++], algorithm_tags[i], args);
+	build_ledger_key(&keys[n++], algorithm_tags[ALGO_SLIDING_LOG], args);
+	build_ledger_key(&keys[n++], algorithm_tags[ALGO_MULTI_LOG], args);
 	argv[0] = "DEL";
 	lens[0] = 3;
-	for (int i = 0; i < ALGO_COUNT; i++)
+	for (int i = 0; i < n; i++)
 	{
-		build_key(&keys[i], algorithm_tags[i], args);
 		argv[1 + i] = keys[i].data;
 		lens[1 + i] = keys[i].len;
 	}
-	redis_exec(ALGO_COUNT + 1, argv, lens, r);
-	for (int i = 0; i < ALGO_COUNT; i++)
+	redis_exec(n + 1, argv, lens, r);
+	for (int i = 0; i < n; i++)
 		pfree(keys[i].data);
 	if (!settle(r))
 		return false;
@@ -311,51 +340,81 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 }
 
 /*
- * Give back the units of an entry this backend recorded. Runs from
- * transaction-abort callbacks, so it never ERRORs: any failure, including an
- * error reply, comes back as false with the cause in *r.
+ * Refunds. These run in transaction abort as well as in normal context, so
+ * they never ERROR and never allocate PostgreSQL memory: the command is
+ * built in stack buffers and queued on the connection's pipeline; its reply
+ * is sorted later by redis_store_refund_verdict.
  */
 bool
-redis_store_refund(const char *rkey, int rkeylen, int64 ts, int64 cost,
-				   int64 win_us, bool *given_back, RedisResult *r)
+redis_store_refund_clock(char *buf, size_t size)
+{
+	int64		now_us;
+	bool		is_set;
+
+	if (!limit_test_clock_parsed(&now_us, &is_set))
+		return false;
+	if (is_set)
+		snprintf(buf, size, INT64_FORMAT, now_us);
+	else
+		buf[0] = '\0';
+	return true;
+}
+
+bool
+redis_store_refund_append(const char *rkey, int rkeylen, const char *lkey, int lkeylen,
+						  int64 ts, int64 cost, int64 win_us, const char *now, bool eval)
 {
 	char		tsbuf[24],
 				costbuf[24],
-				winbuf[24],
-				now[24];
-	const char *argv[4];
+				winbuf[24];
+	const char *args[4];
+	const char *keys[2];
+	size_t		keylens[2];
+	const char *argv[SCRIPT_MAX_ARGV];
+	size_t		lens[SCRIPT_MAX_ARGV];
+	int			argc;
 
 	snprintf(tsbuf, sizeof(tsbuf), INT64_FORMAT, ts);
 	snprintf(costbuf, sizeof(costbuf), INT64_FORMAT, cost);
 	snprintf(winbuf, sizeof(winbuf), INT64_FORMAT, win_us);
-	argv[0] = tsbuf;
-	argv[1] = costbuf;
-	argv[2] = winbuf;
-	argv[3] = clock_arg(now, sizeof(now));
-	*given_back = false;
-	script_run(SCRIPT_LOG_REFUND, rkey, rkeylen, 4, argv, r);
-	if (r->status == RS_FAIL_REPLY)
-	{
-		strlcpy(r->message, r->reply->str, sizeof(r->message));
-		freeReplyObject(r->reply);
-		r->reply = NULL;
-		return false;
-	}
-	if (r->status != RS_OK)
-		return false;
-	*given_back = (r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer == 1);
-	freeReplyObject(r->reply);
-	r->reply = NULL;
-	return true;
+	args[0] = tsbuf;
+	args[1] = costbuf;
+	args[2] = winbuf;
+	args[3] = now;
+	keys[0] = rkey;
+	keylens[0] = rkeylen;
+	keys[1] = lkey;
+	keylens[1] = lkeylen;
+	argc = script_command(SCRIPT_LOG_REFUND, eval, 2, keys, keylens, 4, args, argv, lens);
+	return redis_pipeline_append(argc, argv, lens);
 }
 
-/* The Redis key of the sliding log of a user key, in the caller's context. */
-char *
-redis_store_log_key(const RlArgs *args, int *len)
+RefundVerdict
+redis_store_refund_verdict(const redisReply *reply)
+{
+	if (reply->type == REDIS_REPLY_INTEGER)
+		return reply->integer == 1 ? REFUND_GIVEN : REFUND_NOTHING;
+	if (reply->type == REDIS_REPLY_ERROR)
+	{
+		if (strncmp(reply->str, "NOSCRIPT", 8) == 0)
+			return REFUND_NOSCRIPT;
+		if (is_transient(reply->str))
+			return REFUND_RETRY;
+	}
+	return REFUND_FAILED;
+}
+
+/* The Redis keys of a user key's log and ledger, in the caller's context. */
+void
+redis_store_log_keys(const RlArgs *args, char **log, int *loglen,
+					 char **ledger, int *ledgerlen)
 {
 	StringInfoData key;
 
 	build_key(&key, algorithm_tags[args->algorithm], args);
-	*len = key.len;
-	return key.data;
+	*log = key.data;
+	*loglen = key.len;
+	build_ledger_key(&key, algorithm_tags[args->algorithm], args);
+	*ledger = key.data;
+	*ledgerlen = key.len;
 }

@@ -19,9 +19,31 @@ extern bool redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *f
 extern bool redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *failure);
 extern bool redis_store_reset(const RlArgs *args, RedisResult *failure);
 
-/* Refunds (never ERROR; see store_redis.c) and the key they need. */
-extern bool redis_store_refund(const char *rkey, int rkeylen, int64 ts, int64 cost,
-							   int64 win_us, bool *given_back, RedisResult *r);
-extern char *redis_store_log_key(const RlArgs *args, int *len);
+/*
+ * Refunds, usable in transaction abort (no ERROR, no PostgreSQL memory).
+ * redis_store_refund_clock writes the clock argument (empty: Redis TIME);
+ * false when the test clock is on but not parsed yet.
+ * redis_store_refund_append queues the refund of one entry on the open
+ * connection's pipeline (false: no usable connection).
+ */
+typedef enum RefundVerdict
+{
+	REFUND_GIVEN,				/* units given back */
+	REFUND_NOTHING,				/* nothing left to give back (expired, gone,
+								 * or given back already) */
+	REFUND_NOSCRIPT,			/* send again with EVAL */
+	REFUND_RETRY,				/* Redis is busy or degraded: try later */
+	REFUND_FAILED				/* any other reply: give up */
+} RefundVerdict;
+
+extern bool redis_store_refund_clock(char *buf, size_t size);
+extern bool redis_store_refund_append(const char *rkey, int rkeylen,
+									  const char *lkey, int lkeylen,
+									  int64 ts, int64 cost, int64 win_us,
+									  const char *now, bool eval);
+extern RefundVerdict redis_store_refund_verdict(const redisReply *reply);
+/* The Redis keys of a user key's log and of its ledger of refunds (palloc'd). */
+extern void redis_store_log_keys(const RlArgs *args, char **log, int *loglen,
+								 char **ledger, int *ledgerlen);
 
 #endif

@@ -189,6 +189,7 @@ ext_version=${info[3]}
 pg_version=${info[4]}
 redis_version=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')
 rkey() { printf '%slog:%s' "$kp" "$1"; } # Redis key of a slidewin key
+lkey() { printf '%slogr:%s' "$kp" "$1"; } # and of its ledger of refunds
 
 # ---- the sliding-log script, for redis-benchmark --------------------------------
 
@@ -449,7 +450,10 @@ run_slice() {
 run_evalsha_slice() {
 	local id=$1 c=$2 round=$3 secs=$4 key="$1.$2"
 	local dir=$work/runs/$key out=$work/runs/$1.$2/r$3.out rc=0 e0 e1 vals n
-	local cmd=(EVALSHA "$sha" 1 "$(rkey rb:__rand_int__)" 1000000 60000000 1 '' 0)
+	# redis-benchmark draws each __rand_int__ on its own, so the ledger key is
+	# another random key; either way it does not exist, as for a key that
+	# never had a refund.
+	local cmd=(EVALSHA "$sha" 2 "$(rkey rb:__rand_int__)" "$(lkey rb:__rand_int__)" 1000000 60000000 1 '' 0)
 	if [[ -z ${rb_n[$c]:-} ]]; then
 		if [[ -n $rb_requests ]]; then
 			rb_n[$c]=$rb_requests
@@ -837,7 +841,7 @@ result=$work/RESULTS.md
 	echo
 	echo "- pgbench $($PGBENCH --version | awk '{ print $3 }'), \`-M prepared --no-vacuum\`, one custom script per workload (\`\\set k random(1, $many_keys)\`), \`-j\` = min(clients, CPUs), over TCP on loopback; the client and both servers share the machine's $ncpu CPUs."
 	echo "- tps is the median over the slices of pgbench's tps without connection time (redis-benchmark: requests per second). p50 and p99 are nearest-rank percentiles of every transaction's latency in the slices, from pgbench's per-transaction log (\`-l\`); for \`EVALSHA\` they are the median over the slices of redis-benchmark's own p50 and p99."
-	echo "- \`EVALSHA\`: redis-benchmark, its own client, on the script text read from \`src/scripts.c\` (\`lua_log_attempt\`, the prelude and the attempt script) and checked to be the very script the installed slidewin had loaded into Redis (same SHA1); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\`, lim 1000000, window 60000000 µs, cost 1, now '' (Redis TIME), force 0."
+	echo "- \`EVALSHA\`: redis-benchmark, its own client, on the script text read from \`src/scripts.c\` (\`lua_log_attempt\`, the prelude and the attempt script) and checked to be the very script the installed slidewin had loaded into Redis (same SHA1); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\` and its (absent) ledger \`${kp}logr:rb:<random>\`, lim 1000000, window 60000000 µs, cost 1, now '' (Redis TIME), force 0."
 	echo "- Many keys: key \`'k' || random(1, $many_keys)\`, lim 1,000,000 per 1 minute, so every call is admitted; each key holds a handful of entries. cost = 1000 is the same with its own keys (still all admitted); its comparison is with the cost = 1 row."
 	echo "- Hot key, window emptied: one key, lim 1e9 per 1 hour, deleted before each slice, so the window holds 0 entries at the start of each slice and grows during it (the Notes give how far). Hot key, 1 µs window: every entry has left the window before the next call, so each call finds the window empty and also removes the previous entry. $(kfmt $n_mid) and $(kfmt $n_big) entries: the key is restored (Redis \`COPY\`) before each slice from a template prefilled with that many admitted calls, 1 hour window; it also grows during the slice. Target 2 compares with the faster of the two empty-window rows."
 	echo "- Denial path: key \`deny\`, lim 10 per 1 hour, exhausted before the run; every measured call is denied (checked after the run)."
