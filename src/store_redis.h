@@ -12,8 +12,9 @@ extern char *slidewin_key_prefix;
 
 /*
  * Each returns true with *o filled in, or false when Redis cannot answer now
- * (unreachable, timed out, or a "not now" error reply such as OOM or
- * LOADING), with the cause in *failure. Any other failure is an ERROR.
+ * (unreachable, timed out, a "not now" error reply such as OOM or LOADING,
+ * or a reply the script could not have given: RS_FAIL_PROTOCOL), with the
+ * cause in *failure. Any other failure is an ERROR.
  */
 extern bool redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *failure);
 extern bool redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *failure);

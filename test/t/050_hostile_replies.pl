@@ -392,23 +392,38 @@ foreach my $case (
 }
 
 # ---------------------------------------------------------------------
-# The circuit breaker counts a refused reply as a failure.
+# The circuit breaker counts a refused reply as a failure.  The breaker is
+# per backend and remembers failures for the whole interval, so this runs in
+# a new session, whose breaker has seen nothing yet.
 # ---------------------------------------------------------------------
-$fake->script($ints->(1, -5, -1, -9, -1, -1, -1));
+my $s_main = $s;
+$s = $node->background_psql('postgres', on_error_stop => 0);
+$s->query_safe('\set VERBOSITY verbose');
+$fake->script($ints->(@admit));
 run_sql(q{SET slidewin.redis_retry_interval = '1h'});
 ($out, $err) = attempt('error');
+is($out, 't|redis|99', 'breaker: a new session asks Redis');
+$fake->script($ints->(1, -5, -1, -9, -1, -1, -1));
+($out, $err) = attempt('error');
 is(sqlstate($err), '08P01', 'breaker: the refused reply fails the call');
+like($err, qr/DETAIL:\s+Field "remaining" of the sliding_log attempt reply is -5/,
+	'breaker: the refused reply is named');
+unlike($err, qr/not retried/, 'breaker: that call did ask Redis');
 $fake->script($ints->(@admit));
 $fake->mark;
 ($out, $err) = attempt('error');
 is(sqlstate($err), '08P01', 'breaker: the next call fails the same way without asking');
-like($err, qr/not retried until slidewin\.redis_retry_interval has passed/, 'breaker: DETAIL says why');
+like($err,
+	qr/DETAIL:\s+Field "remaining" of the sliding_log attempt reply is -5.*\(not retried until slidewin\.redis_retry_interval has passed\)/,
+	'breaker: DETAIL names the refused reply, and says it was not retried');
 ($out, $err) = attempt('fallback');
 is($out, 't|fallback|99', 'breaker: policy fallback goes straight to the fallback store');
 is(scalar($fake->script_connections), 0, 'breaker: the server was not asked');
 run_sql(q{SET slidewin.redis_retry_interval = 0; SELECT rl_reset('h')});
 ($out, $err) = attempt('error');
 is($out, 't|redis|99', 'breaker off: the next well-formed reply is believed again');
+$s->quit;
+$s = $s_main;
 
 # ---------------------------------------------------------------------
 # MISCONF: Redis cannot persist, so it refuses writes for now.
