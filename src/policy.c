@@ -103,6 +103,11 @@ policy_redis_failed(const RedisResult *r)
 void
 policy_unavailable_error(const RedisResult *r)
 {
+	if (r->status == RS_FAIL_PROTOCOL)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("slidewin received an invalid reply from Redis"),
+				 errdetail_internal("%s", r->message)));
 	ereport(ERROR,
 			(errcode(r->status == RS_FAIL_CONNECT ?
 					 ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION :

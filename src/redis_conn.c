@@ -171,6 +171,53 @@ wait_socket(uint32 events, TimestampTz deadline)
 }
 
 /*
+ * Bounds on one reply. hiredis buffers a bulk string until all of it has
+ * arrived and allocates an array's element table when it reads the header,
+ * so a broken or hostile server could otherwise make the backend allocate
+ * whatever it announces or streams until the command timeout. slidewin's
+ * commands get back a few integers; these bounds leave room for any command
+ * a connection may need, and no more.
+ */
+#define REPLY_MAX_BYTES		(4 * 1024 * 1024)
+#define REPLY_MAX_ELEMENTS	(256 * 1024)	/* summed over all its arrays */
+
+static redisReplyObjectFunctions *hiredis_reply_fns;
+static redisReplyObjectFunctions capped_reply_fns;
+static int	reply_elements_left;
+static bool reply_too_many_elements;
+
+/* hiredis takes NULL for out of memory and stops with a reader error. */
+static void *
+capped_create_array(const redisReadTask *task, int elements)
+{
+	if (elements > reply_elements_left)
+	{
+		reply_too_many_elements = true;
+		return NULL;
+	}
+	reply_elements_left -= elements;
+	return hiredis_reply_fns->createArray(task, elements);
+}
+
+/* Start a reply's budget; the reader's object functions become the capped ones. */
+static void
+cap_next_reply(redisReader *reader)
+{
+	if (reader->fn != &capped_reply_fns)
+	{
+		if (hiredis_reply_fns == NULL)
+		{
+			hiredis_reply_fns = reader->fn;
+			capped_reply_fns = *reader->fn;
+			capped_reply_fns.createArray = capped_create_array;
+		}
+		reader->fn = &capped_reply_fns;
+	}
+	reply_elements_left = REPLY_MAX_ELEMENTS;
+	reply_too_many_elements = false;
+}
+
+/*
  * One request/reply exchange on the open connection. On anything but a
  * reply (error replies included) the connection must be discarded by the
  * caller.
@@ -182,6 +229,8 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 	redisContext *c = conn.ctx;
 	void	   *reply = NULL;
 	int			done = 0;
+	size_t		received = 0;
+	char		detail[128];
 
 	if (conn.pipelined > 0)
 	{
@@ -212,25 +261,54 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 		}
 	}
 
+	cap_next_reply(c->reader);
 	for (;;)
 	{
+		size_t		buffered;
+
 		if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
 		{
+			if (reply_too_many_elements)
+			{
+				snprintf(detail, sizeof(detail),
+						 "it announces more than %d array elements",
+						 REPLY_MAX_ELEMENTS);
+				set_message(result, RS_FAIL_PROTOCOL,
+							"oversized reply from Redis", detail);
+				return RS_FAIL_PROTOCOL;
+			}
+			if (c->err == REDIS_ERR_PROTOCOL)
+			{
+				set_message(result, RS_FAIL_PROTOCOL,
+							"malformed reply from Redis", c->errstr);
+				return RS_FAIL_PROTOCOL;
+			}
 			set_message(result, RS_FAIL_IO, "could not parse the Redis reply", c->errstr);
 			return RS_FAIL_IO;
 		}
 		if (reply != NULL)
 			break;
+		if (received > REPLY_MAX_BYTES)
+		{
+			snprintf(detail, sizeof(detail),
+					 "%zu bytes received and the reply is not complete",
+					 received);
+			set_message(result, RS_FAIL_PROTOCOL,
+						"oversized reply from Redis", detail);
+			return RS_FAIL_PROTOCOL;
+		}
 		if (wait_socket(WL_SOCKET_READABLE, deadline) == WAIT_TIMEOUT)
 		{
 			set_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
 			return RS_FAIL_TIMEOUT;
 		}
+		buffered = c->reader->len;
 		if (redisBufferRead(c) != REDIS_OK)
 		{
 			set_message(result, RS_FAIL_IO, "lost the connection to Redis", c->errstr);
 			return RS_FAIL_IO;
 		}
+		received += c->reader->len - buffered;
 	}
 
 	conn.mid_exchange = false;

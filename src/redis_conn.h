@@ -22,6 +22,9 @@ typedef enum RedisStatus
 	RS_FAIL_IO,				/* connection broke during the exchange */
 	RS_FAIL_TIMEOUT,			/* command_timeout passed */
 	RS_FAIL_REPLY,			/* Redis answered with an error reply */
+	RS_FAIL_PROTOCOL,			/* the reply was malformed, too large, or not
+								 * one the command can get: the server cannot
+								 * be trusted, and the connection is gone */
 	RS_FAIL_VERSION			/* the server is too old for slidewin */
 } RedisStatus;
 

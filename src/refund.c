@@ -406,8 +406,12 @@ settle(RefundEntry *e, redisReply *reply, int level)
 			q_send = Min(q_send, q_reply - 1);
 			break;
 		case REFUND_FAILED:
-			warn_dropped(level, e, reply->type == REDIS_REPLY_ERROR ? reply->str :
-						 "unexpected reply from Redis to a refund");
+			{
+				char		why[256];
+
+				redis_store_refund_describe(reply, why, sizeof(why));
+				warn_dropped(level, e, why);
+			}
 			finish(e, false);
 			break;
 	}

@@ -5,13 +5,19 @@
  *		its reply into an outcome.
  *
  * It tells "Redis cannot answer now" (reported to the caller, whose failure
- * policy decides) from "this cannot work" (a wrong-type key, a malformed
- * reply: always an ERROR). It does not decide policy.
+ * policy decides) from "this cannot work" (a wrong-type key or an error
+ * reply it does not know: always an ERROR). A reply that is not one the
+ * script could have given (a proxy, another program on the port, keys
+ * edited by someone else) counts as "cannot answer": it is never believed,
+ * and the connection that carried it is dropped. It does not decide policy.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <stdarg.h>
+
+#include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
 
 #include "scripts.h"
@@ -22,7 +28,7 @@ char	   *slidewin_key_prefix = NULL;
 /* Error replies that mean "not now": the store is busy or degraded. */
 static const char *const transient_errors[] = {
 	"OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN",
-	"NOREPLICAS", "CLUSTERDOWN", NULL
+	"NOREPLICAS", "CLUSTERDOWN", "MISCONF", NULL
 };
 
 static bool
@@ -104,57 +110,269 @@ settle(RedisResult *r)
 	return false;
 }
 
+/* Unix epoch to PostgreSQL epoch, in microseconds */
+#define UNIX_TO_PG_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
+
+static const char *const reply_type_names[] = {
+	[REDIS_REPLY_STRING] = "a bulk string",
+	[REDIS_REPLY_ARRAY] = "an array",
+	[REDIS_REPLY_INTEGER] = "an integer",
+	[REDIS_REPLY_NIL] = "a nil",
+	[REDIS_REPLY_STATUS] = "a status reply",
+	[REDIS_REPLY_ERROR] = "an error reply",
+};
+
+static const char *
+reply_type_name(const redisReply *rep)
+{
+	if (rep->type >= 0 && rep->type < lengthof(reply_type_names) &&
+		reply_type_names[rep->type] != NULL)
+		return reply_type_names[rep->type];
+	return "an unknown type";
+}
+
+/*
+ * Refuse the reply in r: free it, drop the connection that carried it (the
+ * server on the other end cannot be trusted with the next command either),
+ * and report RS_FAIL_PROTOCOL with the reason, a sentence, in r->message.
+ * Never ERRORs: refunds call it from abort callbacks.
+ */
+static bool
+refuse_reply(RedisResult *r, const char *fmt,...) pg_attribute_printf(2, 3);
+
+static bool
+refuse_reply(RedisResult *r, const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(r->message, sizeof(r->message), fmt, ap);
+	va_end(ap);
+	if (r->reply)
+	{
+		freeReplyObject(r->reply);
+		r->reply = NULL;
+	}
+	redis_disconnect();
+	r->status = RS_FAIL_PROTOCOL;
+	return false;
+}
+
+/* The fields of an outcome reply, in order; stable_us only in sliding_log attempts. */
+enum
+{
+	F_ALLOWED, F_REMAINING, F_RETRY, F_RESET, F_USED, F_RECORDED, F_STABLE,
+	N_FIELDS
+};
+
+static const char *const field_names[N_FIELDS] = {
+	"allowed", "remaining", "retry_after", "reset_at", "used", "recorded", "stable_us"
+};
+
+/* Checking one reply: the first rule it breaks is the one reported. */
+typedef struct ReplyCheck
+{
+	RedisResult *r;
+	const char *algorithm;
+	const char *call;			/* "attempt" or "peek" */
+	const int64 *v;
+	bool		ok;
+} ReplyCheck;
+
 static void
-read_outcome(RedisResult *r, RlOutcome *o)
+expect(ReplyCheck *ck, bool holds, int field, const char *rule,...) pg_attribute_printf(4, 5);
+
+static void
+expect(ReplyCheck *ck, bool holds, int field, const char *rule,...)
+{
+	va_list		ap;
+	char		why[160];
+
+	if (holds || !ck->ok)
+		return;
+	va_start(ap, rule);
+	vsnprintf(why, sizeof(why), rule, ap);
+	va_end(ap);
+	ck->ok = refuse_reply(ck->r,
+						  "Field \"%s\" of the %s %s reply is " INT64_FORMAT ", but %s.",
+						  field_names[field], ck->algorithm, ck->call,
+						  ck->v[field], why);
+}
+
+/* A time, in Unix microseconds, that rl_result can hold. */
+static bool
+valid_time(int64 us)
+{
+	return us >= MIN_TIMESTAMP + UNIX_TO_PG_US && us - UNIX_TO_PG_US < END_TIMESTAMP;
+}
+
+/*
+ * Whether v is a reply the script for args could have given. The rules come
+ * from the scripts in scripts.c, and only rules that hold there exactly are
+ * checked: a legitimate reply refused here would turn into the failure
+ * policy, and under "allow" into an admission. Where a script computes in
+ * doubles (sliding_counter, token_bucket) only the bounds it clamps to are
+ * used.
+ */
+static bool
+check_outcome(ReplyCheck *ck, const RlArgs *args, bool peek)
+{
+	const int64 *v = ck->v;
+	RlAlgorithm algo = args->algorithm;
+	bool		allowed = (v[F_ALLOWED] == 1);
+	bool		written = !peek && (allowed || args->force);
+	int64		cost = peek ? 1 : args->cost;
+	int64		lim = args->lim;	/* multi: the smallest limit */
+	int64		maxlim = args->lim;
+	bool		exact = (algo == ALGO_SLIDING_LOG || algo == ALGO_FIXED_WINDOW);
+	bool		logs = (algo == ALGO_SLIDING_LOG || algo == ALGO_MULTI_LOG);
+	int64		clock_floor;
+
+	if (algo == ALGO_MULTI_LOG)
+		for (int i = 0; i < args->nwin; i++)
+			maxlim = Max(maxlim, args->lims[i]);
+	/* a recorded entry is at "now" or later; Redis TIME is positive */
+	if (!limit_test_clock(&clock_floor))
+		clock_floor = 1;
+
+	expect(ck, v[F_ALLOWED] == 0 || v[F_ALLOWED] == 1, F_ALLOWED, "it must be 0 or 1");
+
+	expect(ck, v[F_REMAINING] >= 0 && v[F_REMAINING] <= lim, F_REMAINING,
+		   "it must be between 0 and " INT64_FORMAT, lim);
+	if (!allowed && written)
+		expect(ck, v[F_REMAINING] == 0, F_REMAINING,
+			   "it must be 0 for a call recorded over the limit");
+	if (peek && allowed && algo != ALGO_SLIDING_COUNTER && algo != ALGO_TOKEN_BUCKET)
+		expect(ck, v[F_REMAINING] >= 1, F_REMAINING,
+			   "it must be at least 1 when a call would be admitted");
+
+	if (allowed)
+		expect(ck, v[F_RETRY] == 0, F_RETRY, "it must be 0 when the call is admitted");
+	else
+		expect(ck, v[F_RETRY] >= 1, F_RETRY, "it must be positive when the call is denied");
+	if (!allowed && algo == ALGO_FIXED_WINDOW)
+		expect(ck, v[F_RETRY] <= args->win_us, F_RETRY,
+			   "it must be at most the window, " INT64_FORMAT, args->win_us);
+	if (!allowed && algo == ALGO_SLIDING_COUNTER)
+		expect(ck, v[F_RETRY] <= 2 * args->win_us, F_RETRY,
+			   "it must be at most two windows, " INT64_FORMAT, 2 * args->win_us);
+
+	expect(ck, v[F_USED] >= 0, F_USED, "it must not be negative");
+	if (allowed && algo != ALGO_TOKEN_BUCKET)
+		expect(ck, v[F_USED] <= maxlim, F_USED,
+			   "it must be at most " INT64_FORMAT " when the call is admitted", maxlim);
+	if (written)
+		expect(ck, v[F_USED] >= cost, F_USED,
+			   "it must include the " INT64_FORMAT " units recorded", cost);
+	if (exact)
+	{
+		/* the units before this call, and the decision they lead to */
+		int64		before = written ? v[F_USED] - cost : v[F_USED];
+
+		expect(ck, v[F_REMAINING] == Max(lim - v[F_USED], 0), F_REMAINING,
+			   "with " INT64_FORMAT " units used it must be " INT64_FORMAT,
+			   v[F_USED], Max(lim - v[F_USED], 0));
+		if (allowed)
+			expect(ck, before <= lim - cost, F_USED,
+				   "then a call of " INT64_FORMAT " units does not fit in the limit of " INT64_FORMAT " and is denied",
+				   cost, lim);
+		else
+			expect(ck, before > lim - cost, F_USED,
+				   "then a call of " INT64_FORMAT " units fits in the limit of " INT64_FORMAT " and is admitted",
+				   cost, lim);
+	}
+
+	expect(ck, valid_time(v[F_RESET]), F_RESET, "it is not a valid time");
+
+	if (logs && written)
+	{
+		expect(ck, v[F_RECORDED] >= clock_floor && valid_time(v[F_RECORDED]),
+			   F_RECORDED, "it must be the time of the entry recorded, at least " INT64_FORMAT,
+			   clock_floor);
+		/* both are valid times, so the sum cannot overflow */
+		if (ck->ok)
+			expect(ck, v[F_RESET] == v[F_RECORDED] + args->win_us, F_RESET,
+				   "it must be the recorded time plus the window, " INT64_FORMAT,
+				   v[F_RECORDED] + args->win_us);
+	}
+	else
+		expect(ck, v[F_RECORDED] == -1, F_RECORDED,
+			   "it must be -1 when nothing was recorded");
+
+	if (algo == ALGO_SLIDING_LOG && !peek)
+	{
+		if (written)
+			expect(ck, v[F_STABLE] == 0, F_STABLE,
+				   "it must be 0 when the call was recorded");
+		else
+			expect(ck, v[F_STABLE] >= 1 && v[F_STABLE] <= v[F_RETRY], F_STABLE,
+				   "it must be between 1 and retry_after, " INT64_FORMAT, v[F_RETRY]);
+	}
+	return ck->ok;
+}
+
+/*
+ * Turn the reply in r into *o, or refuse it (false, RS_FAIL_PROTOCOL) if it
+ * is not one the script for args could have given. Frees the reply.
+ */
+static bool
+read_outcome(RedisResult *r, const RlArgs *args, bool peek, RlOutcome *o)
 {
 	redisReply *rep = r->reply;
-	int64		v[7];
+	int64		v[N_FIELDS];
+	size_t		n = (args->algorithm == ALGO_SLIDING_LOG && !peek) ? 7 : 6;
+	ReplyCheck	ck;
 
-	/* 6 fields; the sliding-log attempt adds a 7th, stable_us */
-	if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 6 || rep->elements > 7)
-	{
-		freeReplyObject(rep);
-		r->reply = NULL;
-		ereport(ERROR,
-				(errcode(ERRCODE_PROTOCOL_VIOLATION),
-				 errmsg("unexpected reply from Redis to a slidewin script")));
-	}
-	for (int i = 0; i < rep->elements; i++)
+	ck.r = r;
+	ck.algorithm = limit_algorithm_name(args->algorithm);
+	ck.call = peek ? "peek" : "attempt";
+	ck.v = v;
+	ck.ok = true;
+
+	if (rep->type != REDIS_REPLY_ARRAY)
+		return refuse_reply(r, "The %s %s reply is %s, not an array of %zu integers.",
+							ck.algorithm, ck.call, reply_type_name(rep), n);
+	if (rep->elements != n)
+		return refuse_reply(r, "The %s %s reply has %zu elements, not %zu.",
+							ck.algorithm, ck.call, rep->elements, n);
+	for (size_t i = 0; i < n; i++)
 	{
 		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
-		{
-			freeReplyObject(rep);
-			r->reply = NULL;
-			ereport(ERROR,
-					(errcode(ERRCODE_PROTOCOL_VIOLATION),
-					 errmsg("unexpected reply from Redis to a slidewin script")));
-		}
+			return refuse_reply(r, "Field \"%s\" of the %s %s reply is %s, not an integer.",
+								field_names[i], ck.algorithm, ck.call,
+								reply_type_name(rep->element[i]));
 		v[i] = rep->element[i]->integer;
 	}
-	if (rep->elements == 6)
-		v[6] = 0;
+	if (n == 6)
+		v[F_STABLE] = 0;
 	freeReplyObject(rep);
 	r->reply = NULL;
 
-	o->allowed = (v[0] == 1);
-	o->remaining = v[1];
-	o->retry_us = v[2];
-	o->reset_at_us = v[3];
-	o->used = v[4];
-	o->recorded_ts = v[5];
-	o->stable_us = v[6];
+	if (!check_outcome(&ck, args, peek))
+		return false;
+
+	o->allowed = (v[F_ALLOWED] == 1);
+	o->remaining = v[F_REMAINING];
+	o->retry_us = v[F_RETRY];
+	o->reset_at_us = v[F_RESET];
+	o->used = v[F_USED];
+	o->recorded_ts = v[F_RECORDED];
+	o->stable_us = v[F_STABLE];
 	o->shadowed = false;
 	o->store = "redis";
 	o->known = true;
+	return true;
 }
 
 /*
  * Run a script that answers with an outcome, on the key built in *key and,
  * for the logs, the ledger built in *ledger (NULL for the counting
- * algorithms); both are freed. False when Redis cannot answer now.
+ * algorithms); both are freed. False when Redis cannot answer now, or
+ * answered what the script could not have.
  */
 static bool
-run_outcome_script(ScriptId id, StringInfo key, StringInfo ledger,
+run_outcome_script(ScriptId id, const RlArgs *args, bool peek,
+				   StringInfo key, StringInfo ledger,
 				   int nargs, const char **argv, RlOutcome *o, RedisResult *r)
 {
 	const char *keys[2] = {key->data, ledger ? ledger->data : NULL};
@@ -166,8 +384,7 @@ run_outcome_script(ScriptId id, StringInfo key, StringInfo ledger,
 		pfree(ledger->data);
 	if (!settle(r))
 		return false;
-	read_outcome(r, o);
-	return true;
+	return read_outcome(r, args, peek, o);
 }
 
 static const char *
@@ -213,7 +430,7 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 	if (with_cost)
 		argv[n++] = args->force ? "1" : "0";
 
-	return run_outcome_script(id, &key, &ledger, n, argv, o, r);
+	return run_outcome_script(id, args, !with_cost, &key, &ledger, n, argv, o, r);
 }
 
 /* Redis key tags, one per algorithm: no algorithm reads another's data. */
@@ -251,7 +468,8 @@ run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[2] = cost;
 	argv[3] = clock_arg(now, sizeof(now));
 	argv[4] = peek ? "p" : args->force ? "1" : "0";
-	return run_outcome_script(counter_scripts[args->algorithm], &key, NULL, 5, argv, o, r);
+	return run_outcome_script(counter_scripts[args->algorithm], args, peek, &key, NULL,
+							  5, argv, o, r);
 }
 
 /*
@@ -286,7 +504,7 @@ run_multi_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[n++] = bufs[1 + 2 * args->nwin];
 	argv[n++] = clock_arg(now, sizeof(now));
 	argv[n++] = peek ? "p" : args->force ? "1" : "0";
-	return run_outcome_script(SCRIPT_LOG_MULTI, &key, &ledger, n, argv, o, r);
+	return run_outcome_script(SCRIPT_LOG_MULTI, args, peek, &key, &ledger, n, argv, o, r);
 }
 
 bool
@@ -334,6 +552,13 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 		pfree(keys[i].data);
 	if (!settle(r))
 		return false;
+	/* DEL answers how many of the keys it removed */
+	if (r->reply->type != REDIS_REPLY_INTEGER)
+		return refuse_reply(r, "The reply to DEL is %s, not an integer.",
+							reply_type_name(r->reply));
+	if (r->reply->integer < 0 || r->reply->integer > ALGO_COUNT)
+		return refuse_reply(r, "The reply to DEL is %lld, but it must be between 0 and %d.",
+							r->reply->integer, ALGO_COUNT);
 	freeReplyObject(r->reply);
 	r->reply = NULL;
 	return true;
@@ -392,7 +617,9 @@ redis_store_refund_append(const char *rkey, int rkeylen, const char *lkey, int l
 RefundVerdict
 redis_store_refund_verdict(const redisReply *reply)
 {
-	if (reply->type == REDIS_REPLY_INTEGER)
+	/* the refund script answers 1 (given back) or 0 (nothing to give back) */
+	if (reply->type == REDIS_REPLY_INTEGER &&
+		(reply->integer == 0 || reply->integer == 1))
 		return reply->integer == 1 ? REFUND_GIVEN : REFUND_NOTHING;
 	if (reply->type == REDIS_REPLY_ERROR)
 	{
@@ -402,6 +629,20 @@ redis_store_refund_verdict(const redisReply *reply)
 			return REFUND_RETRY;
 	}
 	return REFUND_FAILED;
+}
+
+/* Why a refund reply was refused, for the warning; never allocates. */
+void
+redis_store_refund_describe(const redisReply *reply, char *buf, size_t size)
+{
+	if (reply->type == REDIS_REPLY_ERROR)
+		snprintf(buf, size, "%s", reply->str);
+	else if (reply->type == REDIS_REPLY_INTEGER)
+		snprintf(buf, size, "The refund reply is %lld, but it must be 0 or 1.",
+				 reply->integer);
+	else
+		snprintf(buf, size, "The refund reply is %s, not an integer.",
+				 reply_type_name(reply));
 }
 
 /* The Redis keys of a user key's log and ledger, in the caller's context. */

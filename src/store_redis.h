@@ -12,8 +12,9 @@ extern char *slidewin_key_prefix;
 
 /*
  * Each returns true with *o filled in, or false when Redis cannot answer now
- * (unreachable, timed out, or a "not now" error reply such as OOM or
- * LOADING), with the cause in *failure. Any other failure is an ERROR.
+ * (unreachable, timed out, a "not now" error reply such as OOM or LOADING,
+ * or a reply the script could not have given: RS_FAIL_PROTOCOL), with the
+ * cause in *failure. Any other failure is an ERROR.
  */
 extern bool redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *failure);
 extern bool redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *failure);
@@ -42,6 +43,7 @@ extern bool redis_store_refund_append(const char *rkey, int rkeylen,
 									  int64 ts, int64 cost, int64 win_us,
 									  const char *now, bool eval);
 extern RefundVerdict redis_store_refund_verdict(const redisReply *reply);
+extern void redis_store_refund_describe(const redisReply *reply, char *buf, size_t size);
 /* The Redis keys of a user key's log and of its ledger of refunds (palloc'd). */
 extern void redis_store_log_keys(const RlArgs *args, char **log, int *loglen,
 								 char **ledger, int *ledgerlen);
