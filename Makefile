@@ -9,11 +9,11 @@
 # they install them first and then call make again.
 
 MODULE_big = slidewin
-OBJS = src/slidewin.o src/redis_url.o src/redis_conn.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o src/policy.o src/enforce.o src/refund.o src/trigger.o src/tenant.o src/deny_cache.o
+OBJS = src/slidewin.o src/redis_url.o src/redis_tls.o src/redis_conn.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o src/policy.o src/enforce.o src/refund.o src/trigger.o src/tenant.o src/deny_cache.o
 EXTENSION = slidewin
 DATA = sql/slidewin--1.0.sql sql/slidewin--1.0--1.1.sql
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Isrc
-SHLIB_LINK = -lhiredis -lanl
+SHLIB_LINK = -lhiredis -lanl -lssl -lcrypto
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(filter-out sql/slidewin--%,$(wildcard sql/*.sql))))
 REGRESS_OPTS = --inputdir=. --load-extension=slidewin

@@ -37,6 +37,6 @@ SET slidewin.redis_url = 'redis://:s3cret@127.0.0.1:99999';
 SET ROLE regress_pw_role;
 SHOW slidewin.redis_password_file;
 SET slidewin.redis_password_file = '/nonexistent/redis.pass';
-SELECT count(*) FROM pg_settings WHERE name LIKE 'slidewin.redis_%';
+SELECT name FROM pg_settings WHERE name LIKE 'slidewin.redis_%' ORDER BY 1;
 RESET ROLE;
 DROP ROLE regress_pw_role;

@@ -37,7 +37,10 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include <hiredis/sds.h>
+
 #include "redis_conn.h"
+#include "redis_tls.h"
 
 int			slidewin_connect_timeout = 200;
 int			slidewin_command_timeout = 100;
@@ -46,6 +49,7 @@ char	   *slidewin_redis_password_file = NULL;
 typedef struct RedisConn
 {
 	redisContext *ctx;
+	SSL		   *ssl;			/* the TLS session on ctx's socket, if any */
 	WaitEventSet *wes;
 	int			sock_pos;		/* position of the socket in wes */
 	uint32		sock_events;	/* what we currently wait for on it */
@@ -120,6 +124,11 @@ redis_disconnect(void)
 		FreeWaitEventSet(conn.wes);
 		conn.wes = NULL;
 	}
+	if (conn.ssl)
+	{
+		tls_close(conn.ssl);
+		conn.ssl = NULL;
+	}
 	if (conn.ctx)
 	{
 		redisFree(conn.ctx);
@@ -168,6 +177,107 @@ wait_socket(uint32 events, TimestampTz deadline)
 		if (ev.events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
 			return WAIT_READY;
 	}
+}
+
+/* ---------------------------------------------------------------------
+ * Moving bytes, over the socket itself or through its TLS session.
+ * hiredis formats commands into its output buffer and parses what is fed
+ * to its reader; these move the bytes between those and the connection,
+ * never waiting: "would block" comes back with the socket event to wait
+ * for. They never raise an ERROR, so the abort path may use them too.
+ * ---------------------------------------------------------------------
+ */
+#define READ_CHUNK 4096
+
+static bool
+would_block(int e)
+{
+	return e == EAGAIN || e == EWOULDBLOCK || e == EINTR;
+}
+
+/*
+ * Send what the output buffer holds: 1 when all of it is sent, 0 when the
+ * connection would block (*wait: the event), -1 on failure (cause in err).
+ */
+static int
+conn_send(int *wait, char *err, size_t errsize)
+{
+	redisContext *c = conn.ctx;
+
+	while (sdslen(c->obuf) > 0)
+	{
+		ssize_t		n;
+
+		if (conn.ssl)
+			n = tls_write(conn.ssl, c->obuf, sdslen(c->obuf), wait, err, errsize);
+		else
+		{
+			n = write(c->fd, c->obuf, sdslen(c->obuf));
+			if (n < 0 && would_block(errno))
+			{
+				*wait = WL_SOCKET_WRITEABLE;
+				n = 0;
+			}
+			else if (n < 0)
+				snprintf(err, errsize, "%s", strerror(errno));
+		}
+		if (n <= 0)
+			return (int) n;
+		sdsrange(c->obuf, n, -1);
+	}
+	return 1;
+}
+
+/*
+ * Feed what has arrived to the reply reader: the bytes read (> 0), 0 when
+ * nothing has (*wait: the event), -1 on failure or when the server closed
+ * the connection (cause in err).
+ */
+static ssize_t
+conn_recv(int *wait, char *err, size_t errsize)
+{
+	char		buf[READ_CHUNK];
+	ssize_t		n;
+
+	if (conn.ssl)
+		n = tls_read(conn.ssl, buf, sizeof(buf), wait, err, errsize);
+	else
+	{
+		n = read(conn.ctx->fd, buf, sizeof(buf));
+		if (n == 0)
+		{
+			snprintf(err, errsize, "the server closed the connection");
+			return -1;
+		}
+		if (n < 0 && would_block(errno))
+		{
+			*wait = WL_SOCKET_READABLE;
+			return 0;
+		}
+		if (n < 0)
+		{
+			snprintf(err, errsize, "%s", strerror(errno));
+			return -1;
+		}
+	}
+	if (n > 0 && redisReaderFeed(conn.ctx->reader, buf, n) != REDIS_OK)
+	{
+		snprintf(err, errsize, "%s", conn.ctx->reader->errstr);
+		return -1;
+	}
+	return n;
+}
+
+/*
+ * Whether bytes can be read without waiting on the socket: OpenSSL may hold
+ * decrypted bytes of a record it has already taken off the socket, which
+ * the socket will never announce again. Every read loop asks this before it
+ * waits.
+ */
+static bool
+conn_pending(void)
+{
+	return conn.ssl != NULL && tls_pending(conn.ssl);
 }
 
 /*
@@ -231,6 +341,8 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 	int			done = 0;
 	size_t		received = 0;
 	char		detail[128];
+	char		ioerr[256];
+	int			wait_for = WL_SOCKET_READABLE;
 
 	if (conn.pipelined > 0)
 	{
@@ -247,14 +359,17 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 
 	for (;;)
 	{
-		if (redisBufferWrite(c, &done) != REDIS_OK)
+		int			wait = WL_SOCKET_WRITEABLE;
+
+		done = conn_send(&wait, ioerr, sizeof(ioerr));
+		if (done < 0)
 		{
-			set_message(result, RS_FAIL_IO, "could not send to Redis", c->errstr);
+			set_message(result, RS_FAIL_IO, "could not send to Redis", ioerr);
 			return RS_FAIL_IO;
 		}
 		if (done)
 			break;
-		if (wait_socket(WL_SOCKET_WRITEABLE, deadline) == WAIT_TIMEOUT)
+		if (wait_socket(wait, deadline) == WAIT_TIMEOUT)
 		{
 			set_message(result, RS_FAIL_TIMEOUT, "timed out sending to Redis", NULL);
 			return RS_FAIL_TIMEOUT;
@@ -264,7 +379,7 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 	cap_next_reply(c->reader);
 	for (;;)
 	{
-		size_t		buffered;
+		ssize_t		n;
 
 		if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
 		{
@@ -297,18 +412,20 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 						"oversized reply from Redis", detail);
 			return RS_FAIL_PROTOCOL;
 		}
-		if (wait_socket(WL_SOCKET_READABLE, deadline) == WAIT_TIMEOUT)
+		if (!conn_pending() && wait_socket(wait_for, deadline) == WAIT_TIMEOUT)
 		{
 			set_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
 			return RS_FAIL_TIMEOUT;
 		}
-		buffered = c->reader->len;
-		if (redisBufferRead(c) != REDIS_OK)
+		n = conn_recv(&wait_for, ioerr, sizeof(ioerr));
+		if (n < 0)
 		{
-			set_message(result, RS_FAIL_IO, "lost the connection to Redis", c->errstr);
+			set_message(result, RS_FAIL_IO, "lost the connection to Redis", ioerr);
 			return RS_FAIL_IO;
 		}
-		received += c->reader->len - buffered;
+		if (n > 0)
+			wait_for = WL_SOCKET_READABLE;
+		received += n;
 	}
 
 	conn.mid_exchange = false;
@@ -583,12 +700,41 @@ resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
  * wait until it is connected. On failure the socket and its wait set are
  * gone again, and the file descriptor reservation is kept for the next try.
  */
+/*
+ * The TLS handshake on the connected socket, within the connect deadline
+ * (connect_timeout bounds the TCP connect and the handshake together), on
+ * the same latch-aware waits as everything else.
+ */
+static bool
+tls_start(TimestampTz deadline, char *err, size_t errsize)
+{
+	conn.ssl = tls_open(conn.ctx->fd, target.host, err, errsize);
+	if (conn.ssl == NULL)
+		return false;
+	for (;;)
+	{
+		int			rc = tls_handshake(conn.ssl, err, errsize);
+
+		if (rc == 0)
+			return true;
+		if (rc < 0)
+			return false;
+		if (wait_socket(rc, deadline) == WAIT_TIMEOUT)
+		{
+			snprintf(err, errsize,
+					 "The TLS handshake timed out (slidewin.connect_timeout).");
+			return false;
+		}
+	}
+}
+
 static bool
 open_socket(const char *addr, int port, TimestampTz deadline, RedisResult *result)
 {
 	int			soerr = 0;
 	socklen_t	len = sizeof(soerr);
 	const char *why = NULL;
+	char		tlserr[512];
 
 	conn.ctx = port == 0 ? redisConnectUnixNonBlock(addr) : redisConnectNonBlock(addr, port);
 	if (conn.ctx == NULL || conn.ctx->err)
@@ -621,11 +767,18 @@ open_socket(const char *addr, int port, TimestampTz deadline, RedisResult *resul
 		why = "The connection attempt timed out (slidewin.connect_timeout).";
 	else if (getsockopt(conn.ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
 		why = strerror(soerr ? soerr : errno);
+	else if (target.tls && !tls_start(deadline, tlserr, sizeof(tlserr)))
+		why = tlserr;
 	if (why == NULL)
 		return true;
 	set_message(result, RS_FAIL_CONNECT, "could not connect to Redis", why);
 
 fail:
+	if (conn.ssl)
+	{
+		tls_close(conn.ssl);
+		conn.ssl = NULL;
+	}
 	if (conn.wes)
 	{
 		FreeWaitEventSet(conn.wes);
@@ -1017,15 +1170,17 @@ redis_pipeline_push(int budget_ms)
 		return false;
 	for (;;)
 	{
-		int			done = 0;
+		int			wait = WL_SOCKET_WRITEABLE;
+		char		ioerr[256];
+		int			done = conn_send(&wait, ioerr, sizeof(ioerr));
 
-		if (redisBufferWrite(conn.ctx, &done) != REDIS_OK)
+		if (done < 0)
 		{
 			redis_disconnect();
 			return false;
 		}
 		/* What is not written now stays in hiredis's buffer for later. */
-		if (done || !poll_socket(POLLOUT, deadline))
+		if (done || !poll_socket(wait == WL_SOCKET_READABLE ? POLLIN : POLLOUT, deadline))
 			return true;
 	}
 }
@@ -1040,11 +1195,13 @@ redis_pipeline_write(RedisResult *result)
 	}
 	for (;;)
 	{
-		int			done = 0;
+		int			wait = WL_SOCKET_WRITEABLE;
+		char		ioerr[256];
+		int			done = conn_send(&wait, ioerr, sizeof(ioerr));
 
-		if (redisBufferWrite(conn.ctx, &done) != REDIS_OK)
+		if (done < 0)
 		{
-			set_message(result, RS_FAIL_IO, "could not send to Redis", conn.ctx->errstr);
+			set_message(result, RS_FAIL_IO, "could not send to Redis", ioerr);
 			return RS_FAIL_IO;
 		}
 		if (done)
@@ -1054,7 +1211,7 @@ redis_pipeline_write(RedisResult *result)
 		 * The deadline restarts whenever Redis takes bytes: a Redis that is
 		 * working through a long pipeline is slow, not gone.
 		 */
-		if (wait_socket(WL_SOCKET_WRITEABLE,
+		if (wait_socket(wait,
 						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													slidewin_command_timeout)) == WAIT_TIMEOUT)
 		{
@@ -1073,6 +1230,8 @@ static RedisStatus
 pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadline)
 {
 	void	   *r = NULL;
+	int			wait_for = WL_SOCKET_READABLE;
+	char		ioerr[256];
 
 	*reply = NULL;
 	if (conn.ctx == NULL || conn.pipelined <= 0)
@@ -1089,25 +1248,34 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 		}
 		if (r != NULL)
 			break;
-		if (nowait_deadline != 0)
+		if (conn_pending())
+			;					/* bytes are there already */
+		else if (nowait_deadline != 0)
 		{
-			if (!poll_socket(POLLIN, nowait_deadline))
+			if (!poll_socket(wait_for == WL_SOCKET_WRITEABLE ? POLLOUT : POLLIN,
+							 nowait_deadline))
 			{
 				set_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
 				return RS_FAIL_TIMEOUT;
 			}
 		}
-		else if (wait_socket(WL_SOCKET_READABLE,
+		else if (wait_socket(wait_for,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														 slidewin_command_timeout)) == WAIT_TIMEOUT)
 		{
 			set_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
 			return RS_FAIL_TIMEOUT;
 		}
-		if (redisBufferRead(conn.ctx) != REDIS_OK)
 		{
-			set_message(result, RS_FAIL_IO, "lost the connection to Redis", conn.ctx->errstr);
-			return RS_FAIL_IO;
+			ssize_t		n = conn_recv(&wait_for, ioerr, sizeof(ioerr));
+
+			if (n < 0)
+			{
+				set_message(result, RS_FAIL_IO, "lost the connection to Redis", ioerr);
+				return RS_FAIL_IO;
+			}
+			if (n > 0)
+				wait_for = WL_SOCKET_READABLE;
 		}
 	}
 	conn.pipelined--;

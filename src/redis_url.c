@@ -106,13 +106,14 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 	memset(t, 0, sizeof(*t));
 	t->port = 6379;
 
-	if (strncmp(url, "redis://", 8) == 0)
+	if (strncmp(url, "redis://", 8) == 0 || strncmp(url, "rediss://", 9) == 0)
 	{
 		const char *end;
 		const char *slash;
 		const char *hostend;
 
-		p = url + 8;
+		t->tls = (url[5] == 's');
+		p = url + (t->tls ? 9 : 8);
 		end = p + strlen(p);
 		slash = strchr(p, '/');
 		at = NULL;
@@ -220,7 +221,7 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 		return true;
 	}
 
-	*why = "The URL must start with redis:// or unix://.";
+	*why = "The URL must start with redis://, rediss:// or unix://.";
 	return false;
 }
 

@@ -14,6 +14,7 @@
 typedef struct RedisTarget
 {
 	bool		is_unix;
+	bool		tls;			/* rediss:// */
 	char		host[256];
 	int			port;
 	char		path[1024];
@@ -23,7 +24,7 @@ typedef struct RedisTarget
 } RedisTarget;
 
 /*
- * Parse redis://[[user]:password@]host[:port][/db] or
+ * Parse redis://[[user]:password@]host[:port][/db] (rediss:// for TLS) or
  * unix://[[user]:password@]/path/to/socket[?db=N] into *target. On failure
  * returns false with a sentence for errdetail in *why.
  */

@@ -25,6 +25,7 @@
 #include "limit.h"
 #include "policy.h"
 #include "redis_conn.h"
+#include "redis_tls.h"
 #include "refund.h"
 #include "store_redis.h"
 
@@ -109,6 +110,21 @@ assign_password_file(const char *newval, void *extra)
 	redis_credentials_changed();
 }
 
+/* A TLS setting changed: a new context, and a new connection made with it. */
+static void
+assign_tls_file(const char *newval, void *extra)
+{
+	tls_settings_changed();
+	redis_credentials_changed();
+}
+
+static void
+assign_tls_verify(int newval, void *extra)
+{
+	tls_settings_changed();
+	redis_credentials_changed();
+}
+
 /* Denials cached under the old prefix are about other Redis keys. */
 static void
 assign_key_prefix(const char *newval, void *extra)
@@ -132,7 +148,7 @@ define_settings(void)
 {
 	DefineCustomStringVariable("slidewin.redis_url",
 							   gettext_noop("Redis server that holds the rate limits."),
-							   gettext_noop("redis://[[user]:password@]host[:port][/db] or "
+							   gettext_noop("redis://[[user]:password@]host[:port][/db], rediss:// (TLS) or "
 											"unix://[[user]:password@]/path/to/socket[?db=N]."),
 							   &slidewin_redis_url,
 							   "redis://127.0.0.1:6379",
@@ -150,6 +166,43 @@ define_settings(void)
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY,
 							   NULL, assign_password_file, NULL);
+
+	DefineCustomStringVariable("slidewin.redis_tls_ca_file",
+							   gettext_noop("CA bundle that a rediss:// server's certificate must chain to."),
+							   gettext_noop("Empty means the system's default trust store."),
+							   &slidewin_redis_tls_ca_file,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, assign_tls_file, NULL);
+
+	DefineCustomStringVariable("slidewin.redis_tls_cert_file",
+							   gettext_noop("Client certificate (PEM chain) for mutual TLS with Redis."),
+							   NULL,
+							   &slidewin_redis_tls_cert_file,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, assign_tls_file, NULL);
+
+	DefineCustomStringVariable("slidewin.redis_tls_key_file",
+							   gettext_noop("Private key of slidewin.redis_tls_cert_file."),
+							   gettext_noop("It must not be readable by group or others."),
+							   &slidewin_redis_tls_key_file,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, assign_tls_file, NULL);
+
+	DefineCustomEnumVariable("slidewin.redis_tls_verify",
+							 gettext_noop("How a rediss:// server's certificate is checked."),
+							 gettext_noop("full: the chain and the host name; ca: the chain only; none: nothing."),
+							 &slidewin_redis_tls_verify,
+							 TLS_VERIFY_FULL,
+							 tls_verify_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, assign_tls_verify, NULL);
 
 	DefineCustomIntVariable("slidewin.connect_timeout",
 							gettext_noop("Longest wait for a connection to Redis."),

@@ -14,6 +14,8 @@ packages=(
 	postgresql-15
 	postgresql-server-dev-15
 	libhiredis-dev
+	libssl-dev
+	openssl
 	redis-server
 	redis-tools
 	libipc-run-perl

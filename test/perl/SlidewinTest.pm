@@ -68,6 +68,10 @@ sub src_dir
 #   port     => fixed port (default: a free one)
 #   args     => [ extra redis-server arguments, e.g. '--maxmemory', '1mb' ]
 #   password => the default user's password (requirepass); cli() uses it
+#   tls      => { cert, key, ca [, auth_clients => 'yes'|'no'|'optional',
+#                 client_cert, client_key] }: TLS only, on the port (the
+#                 plain port is off); cli() speaks TLS with ca (and the
+#                 client pair, when the server asks for one)
 sub start_redis
 {
 	my (%opts) = @_;
@@ -76,6 +80,7 @@ sub start_redis
 		dir      => PostgreSQL::Test::Utils::tempdir('redis'),
 		args     => $opts{args} // [],
 		password => $opts{password},
+		tls      => $opts{tls},
 		pid      => undef,
 	}, 'SlidewinTest::Redis';
 	push @all_redis, $self;
@@ -149,7 +154,22 @@ use Time::HiRes qw(usleep);
 sub port { return $_[0]->{port} }
 sub dir  { return $_[0]->{dir} }
 sub pid  { return $_[0]->{pid} }
-sub url  { return 'redis://127.0.0.1:' . $_[0]->{port} }
+sub url  { return ($_[0]->{tls} ? 'rediss' : 'redis') . '://127.0.0.1:' . $_[0]->{port} }
+
+# The redis-server arguments that put it on its port: plain, or TLS only.
+sub _port_args
+{
+	my ($self) = @_;
+	my $t = $self->{tls};
+	return ('--port' => $self->{port}) unless $t;
+	return (
+		'--port'                => 0,
+		'--tls-port'            => $self->{port},
+		'--tls-cert-file'       => $t->{cert},
+		'--tls-key-file'        => $t->{key},
+		'--tls-ca-cert-file'    => $t->{ca},
+		'--tls-auth-clients'    => $t->{auth_clients} // 'no');
+}
 
 sub _pidfile { return $_[0]->{dir} . '/redis.pid' }
 
@@ -161,7 +181,7 @@ sub _launch
 
 	my @cmd = (
 		'redis-server',
-		'--port'       => $self->{port},
+		$self->_port_args,
 		'--bind'       => '127.0.0.1',
 		'--daemonize'  => 'yes',
 		'--save'       => '',
@@ -204,9 +224,18 @@ sub set_password { $_[0]->{password} = $_[1]; return; }
 sub _auth_args
 {
 	my ($self) = @_;
-	return defined $self->{password}
-	  ? ('-a', $self->{password}, '--no-auth-warning')
-	  : ();
+	my @a;
+	if (my $t = $self->{tls})
+	{
+		# the test's own control channel: no verification (a server may
+		# present an expired or misnamed certificate on purpose)
+		push @a, '--tls', '--insecure';
+		push @a, '--cert', $t->{client_cert}, '--key', $t->{client_key}
+		  if $t->{client_cert};
+	}
+	push @a, '-a', $self->{password}, '--no-auth-warning'
+	  if defined $self->{password};
+	return @a;
 }
 
 sub cli

@@ -1,0 +1,220 @@
+# rediss://: TLS to one Redis, with a throwaway CA made by openssl here.
+#
+#  - full verification (chain and host name), ca (chain only), none;
+#  - every handshake failure is a connection failure (class 08) naming
+#    OpenSSL's reason, and goes to the call's policy: unknown CA, name
+#    mismatch (a localhost certificate through 127.0.0.1), expired
+#    certificate, a client certificate demanded and missing, TLS spoken to a
+#    plain port (ends at connect_timeout, never hangs);
+#  - mutual TLS with slidewin.redis_tls_cert_file/key_file;
+#  - 8 clients on one key admit exactly lim over TLS;
+#  - a CLIENT PAUSEd TLS server yields to statement_timeout at once;
+#  - thousands of pipelined refund replies are read although OpenSSL holds
+#    most of them decrypted (the SSL_pending path);
+#  - no memory growth over 100k calls.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use SlidewinTest;
+
+my $d = PostgreSQL::Test::Utils::tempdir('tls');
+
+sub openssl
+{
+	my @cmd = ('openssl', @_);
+	my ($out, $err);
+	IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err)
+	  or die "@cmd failed: $err";
+}
+
+# A CA, and leaf certificates it signs: name, SAN, days (negative: expired).
+openssl(qw(req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=slidewin-test-ca),
+	'-keyout', "$d/ca.key", '-out', "$d/ca.crt");
+openssl(qw(req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=other-ca),
+	'-keyout', "$d/other.key", '-out', "$d/other.crt");
+
+sub leaf
+{
+	my ($name, $san, $days) = @_;
+	openssl(qw(req -newkey rsa:2048 -nodes), '-subj', "/CN=$name",
+		'-keyout', "$d/$name.key", '-out', "$d/$name.csr");
+	open my $fh, '>', "$d/$name.ext" or die $!;
+	print $fh "subjectAltName=$san\n";
+	close $fh;
+	openssl(qw(x509 -req -CAcreateserial), '-days', $days,
+		'-in', "$d/$name.csr", '-CA', "$d/ca.crt", '-CAkey', "$d/ca.key",
+		'-extfile', "$d/$name.ext", '-out', "$d/$name.crt");
+	chmod 0600, "$d/$name.key";
+	return ("$d/$name.crt", "$d/$name.key");
+}
+my ($srv_crt, $srv_key)     = leaf('localhost', 'DNS:localhost', 2);
+my ($wrong_crt, $wrong_key) = leaf('wrong',     'DNS:wrong.example', 2);
+my ($old_crt, $old_key)     = leaf('expired',   'DNS:localhost', -1);
+my ($cli_crt, $cli_key)     = leaf('client',    'DNS:slidewin-client', 2);
+
+my %tls = (cert => $srv_crt, key => $srv_key, ca => "$d/ca.crt");
+my $redis  = SlidewinTest::start_redis(tls => {%tls});
+my $wrong  = SlidewinTest::start_redis(tls => { %tls, cert => $wrong_crt, key => $wrong_key });
+my $old    = SlidewinTest::start_redis(tls => { %tls, cert => $old_crt, key => $old_key });
+my $mutual = SlidewinTest::start_redis(
+	tls => { %tls, auth_clients => 'yes', client_cert => $cli_crt, client_key => $cli_key });
+my $plain  = SlidewinTest::start_redis();
+my $port   = $redis->port;
+
+my $node = SlidewinTest::new_node('tls', undef,
+	[ "slidewin.redis_url = 'rediss://localhost:$port'",
+	  "slidewin.redis_tls_ca_file = '$d/ca.crt'",
+	  "shared_preload_libraries = 'slidewin'",
+	  'slidewin.redis_retry_interval = 0',
+	  'max_connections = 40' ]);
+
+# psql with SQLSTATEs in stderr; returns stdout, stderr, seconds taken.
+sub run_sql
+{
+	my ($sql) = @_;
+	my $t0 = time;
+	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql",
+		on_error_stop => 1);
+	return ($out, $err, time - $t0);
+}
+
+sub call_at
+{
+	my ($url, $policy, $extra) = @_;
+	$extra //= '';
+	return run_sql(qq{SET slidewin.redis_url = '$url'; $extra
+		SELECT (r).allowed, (r).store FROM rl_attempt('t', 100, '1 hour', 1, '$policy') r});
+}
+
+my ($out, $err, $dt) = call_at("rediss://localhost:$port", 'error');
+is($out, 't|redis', 'rediss://localhost, full verification: answered by Redis');
+is($err, '', 'no error');
+like($redis->cli('client', 'list'), qr/cmd=client\|list/, 'redis-cli reaches the TLS server too');
+
+# A certificate for localhost, used through 127.0.0.1.
+($out, $err) = call_at("rediss://127.0.0.1:$port", 'error');
+like($err, qr/ERROR:\s+08\d\d\d: .*certificate verify failed: IP address mismatch/s,
+	'full: a localhost certificate through 127.0.0.1 is refused (08)');
+($out, $err) = call_at("rediss://127.0.0.1:$port", 'fallback');
+is($out, 't|fallback', 'and the call follows its policy');
+($out, $err) = call_at("rediss://127.0.0.1:$port", 'error', "SET slidewin.redis_tls_verify = 'ca';");
+is($out, 't|redis', 'ca: the chain alone passes');
+
+# The wrong name, an unknown CA, an expired certificate.
+($out, $err) = call_at('rediss://localhost:' . $wrong->port, 'error');
+like($err, qr/ERROR:\s+08\d\d\d: .*certificate verify failed: hostname mismatch/s,
+	'a certificate for another name is refused');
+($out, $err) = call_at('rediss://localhost:' . $wrong->port, 'error', "SET slidewin.redis_tls_verify = 'ca';");
+is($out, 't|redis', 'ca: the name is not checked');
+($out, $err) = call_at("rediss://localhost:$port", 'error',
+	"SET slidewin.redis_tls_ca_file = '$d/other.crt';");
+like($err, qr/ERROR:\s+08\d\d\d: .*certificate verify failed: (unable to get local issuer certificate|self-signed certificate in certificate chain)/s,
+	'a CA bundle that does not hold the issuer: refused');
+($out, $err) = call_at("rediss://localhost:$port", 'error', "SET slidewin.redis_tls_ca_file = '';");
+like($err, qr/certificate verify failed/, "the system's trust store does not know the test CA");
+($out, $err) = call_at("rediss://localhost:$port", 'error',
+	"SET slidewin.redis_tls_ca_file = ''; SET slidewin.redis_tls_verify = 'none';");
+is($out, 't|redis', 'none: no verification at all');
+($out, $err) = call_at('rediss://localhost:' . $old->port, 'error');
+like($err, qr/ERROR:\s+08\d\d\d: .*certificate verify failed: certificate has expired/s,
+	'an expired certificate is refused');
+($out, $err) = call_at("rediss://localhost:$port", 'error',
+	"SET slidewin.redis_tls_ca_file = '$d/missing.crt';");
+like($err, qr/ERROR:\s+08\d\d\d: .*could not load the CA bundle/s, 'a missing CA file: 08, named');
+
+# Mutual TLS.
+($out, $err) = call_at('rediss://localhost:' . $mutual->port, 'error');
+like($err, qr/ERROR:\s+08\d\d\d: /, 'a server that demands a client certificate: refused without one');
+like($err, qr/certificate required|handshake failure|alert/i, "OpenSSL's reason is in DETAIL");
+($out, $err) = call_at('rediss://localhost:' . $mutual->port, 'fallback');
+is($out, 't|fallback', 'and the call follows its policy');
+my $pair = "SET slidewin.redis_tls_cert_file = '$cli_crt'; SET slidewin.redis_tls_key_file = '$cli_key';";
+($out, $err) = call_at('rediss://localhost:' . $mutual->port, 'error', $pair);
+is($out, 't|redis', 'with slidewin.redis_tls_cert_file and key_file: mutual TLS works');
+chmod 0644, $cli_key;
+($out, $err) = call_at('rediss://localhost:' . $mutual->port, 'error', $pair);
+like($err, qr/redis_tls_key_file .* must be a regular file owned by the server's user with mode 0600/,
+	'a private key readable by others is refused');
+chmod 0600, $cli_key;
+($out, $err) = call_at('rediss://localhost:' . $mutual->port, 'error',
+	"SET slidewin.redis_tls_cert_file = '$cli_crt';");
+like($err, qr/must be set together/, 'a certificate without its key is refused');
+
+# TLS spoken to a plain-text port: refused, within connect_timeout.
+($out, $err, $dt) = call_at('rediss://localhost:' . $plain->port, 'error',
+	"SET slidewin.connect_timeout = '500ms';");
+like($err, qr/ERROR:\s+08\d\d\d: /, 'TLS to a plain port: a connection failure');
+cmp_ok($dt, '<', 2.5, sprintf('ended in %.2f s (connect_timeout 500 ms), never hangs', $dt));
+($out, $err) = call_at('redis://localhost:' . $port, 'error', "SET slidewin.connect_timeout = '500ms';");
+like($err, qr/ERROR:\s+08\d\d\d: /, 'plain text to the TLS port: a connection failure');
+
+# ---------------------------------------------------------------------
+# Exactness: 8 clients, one key, over TLS.
+# ---------------------------------------------------------------------
+$node->safe_psql('postgres', 'CREATE TABLE adm (ok bool)');
+my $script = "$d/bench.sql";
+open my $fh, '>', $script or die $!;
+print $fh "INSERT INTO adm SELECT true WHERE rl_allow('tls:exact', 100, '1 hour');\n";
+close $fh;
+my ($bout, $berr) = ('', '');
+IPC::Run::run(
+	[ 'pgbench', '-n', '-c', '8', '-j', '2', '-t', '40', '-f', $script,
+	  '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'<', \undef, '>', \$bout, '2>', \$berr);
+like($bout, qr/number of transactions actually processed: 320/, 'pgbench: 320 calls, none failed');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM adm'), '100',
+	'8 clients over TLS: exactly lim = 100 admitted');
+
+# ---------------------------------------------------------------------
+# A paused TLS server yields to statement_timeout at once.
+# ---------------------------------------------------------------------
+$redis->pause_ms(4000);
+($out, $err, $dt) = run_sql(q{SET slidewin.command_timeout = '30s'; SET statement_timeout = '300ms';
+	SELECT * FROM rl_attempt('tls:pause', 10, '1 hour', 1, 'error')});
+like($err, qr/canceling statement due to statement timeout/, 'CLIENT PAUSE: statement_timeout ends the wait');
+cmp_ok($dt, '<', 1.5, sprintf('at once (%.2f s)', $dt));
+$redis->cli('client', 'unpause');
+
+# ---------------------------------------------------------------------
+# Thousands of refund replies, pipelined, arrive in TLS records larger than
+# one read: OpenSSL holds the rest decrypted, and the socket does not say so.
+# ---------------------------------------------------------------------
+($out, $err, $dt) = run_sql(q{
+	SET slidewin.command_timeout = '2s';
+	BEGIN;
+	SELECT count(*) FILTER (WHERE (r).allowed) FROM generate_series(1, 4000) g,
+	       LATERAL rl_attempt('tls:refund', 100000, '1 hour', 1 + 0 * g, 'error', true) r;
+	ROLLBACK;
+	SELECT (r).remaining, (r).store FROM rl_peek('tls:refund', 100000, '1 hour', 'error') r;
+	SELECT refunded, refunds_dropped FROM rl_backend_stats()});
+is($out, "4000\n100000|redis\n4000|0",
+	'4,000 refunds over TLS: all given back, none dropped');
+is($err, '', 'no error or warning');
+cmp_ok($dt, '<', 10, sprintf('in %.2f s', $dt));
+
+# ---------------------------------------------------------------------
+# No growth over 100k calls on one TLS connection.
+# ---------------------------------------------------------------------
+my $bg = $node->background_psql('postgres');
+my $pid = $bg->query_safe('SELECT pg_backend_pid()');
+sub rss_anon
+{
+	open my $st, '<', "/proc/$pid/status" or die $!;
+	while (<$st>) { return $1 if /^RssAnon:\s+(\d+) kB/; }
+	die 'no RssAnon';
+}
+$bg->query_safe(q{SELECT count(*) FROM generate_series(1, 10000) g,
+	LATERAL rl_attempt('tls:leak' || g % 50, 1000000, '1 hour', 1, 'error') r});
+my $before = rss_anon();
+my $n = $bg->query_safe(q{SELECT count(*) FILTER (WHERE (r).store = 'redis') FROM generate_series(1, 100000) g,
+	LATERAL rl_attempt('tls:leak' || g % 50, 1000000, '1 hour', 1, 'error') r});
+my $after = rss_anon();
+is($n, '100000', '100k calls answered by Redis over TLS');
+cmp_ok($after - $before, '<', 2048, "private memory grew by " . ($after - $before) . " kB over 100k calls (< 2 MB)");
+$bg->quit;
+
+unlike(slurp_file($node->logfile), qr/PANIC|terminated by signal/, 'no crash');
+done_testing();
