@@ -43,10 +43,55 @@ missing_packages() {
 	done
 }
 
-mapfile -t missing < <(missing_packages)
+# Valkey 8 comes from Debian's bookworm-backports suite. Its source entry is
+# derived from the machine's own Debian entry (same mirror, same key), never
+# written with a mirror of our own choosing.
+backports_packages=(valkey-server)
 
-if ((${#missing[@]} == 0)); then
-	echo "deps: all ${#packages[@]} packages present"
+backports_file=/etc/apt/sources.list.d/slidewin-backports.sources
+
+# Print a deb822 stanza for <suite>-backports made from the first entry that
+# serves the plain release suite (deb822 .sources files, then one-line lists).
+derive_backports() {
+	local codename=$1
+	# deb822: a stanza whose Suites list the codename itself
+	awk -v rel="$codename" '
+		BEGIN { RS = ""; FS = "\n" }
+		{
+			uris = ""; suites = ""; comps = ""; key = ""; types = ""
+			for (i = 1; i <= NF; i++) {
+				if ($i ~ /^URIs:/) { uris = $i; sub(/^URIs:[ \t]*/, "", uris) }
+				else if ($i ~ /^Suites:/) { suites = " " $i " "; sub(/^ Suites:/, " ", suites) }
+				else if ($i ~ /^Signed-By:/) { key = $i }
+				else if ($i ~ /^Types:/) { types = $i }
+			}
+			if (types ~ /deb([ \t]|$)/ && suites ~ ("[ \t]" rel "[ \t]") && uris != "") {
+				print "Types: deb"; print "URIs: " uris; print "Suites: " rel "-backports"
+				print "Components: main"; if (key != "") print key
+				found = 1; exit
+			}
+		}
+		END { exit !found }' /etc/apt/sources.list.d/*.sources 2>/dev/null && return 0
+	# one-line format: deb [options] URI codename components
+	awk -v rel="$codename" '
+		$1 == "deb" {
+			n = 2; opts = ""
+			if ($2 ~ /^\[/) { while ($n !~ /\]$/) { opts = opts " " $n; n++ } opts = opts " " $n; n++ }
+			if ($(n + 1) == rel) {
+				print "Types: deb"; print "URIs: " $n; print "Suites: " rel "-backports"
+				print "Components: main"
+				if (opts ~ /signed-by=/) { k = opts; sub(/.*signed-by=/, "", k); sub(/[ \]].*/, "", k); print "Signed-By: " k }
+				found = 1; exit
+			}
+		}
+		END { exit !found }' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
+}
+
+mapfile -t missing < <(missing_packages)
+mapfile -t missing_bp < <(for p in "${backports_packages[@]}"; do installed "$p" || echo "$p"; done)
+
+if ((${#missing[@]} == 0 && ${#missing_bp[@]} == 0)); then
+	echo "deps: all $((${#packages[@]} + ${#backports_packages[@]})) packages present"
 	exit 0
 fi
 
@@ -56,14 +101,30 @@ if ((EUID != 0)); then
 	exit 1
 fi
 
-echo "deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+if ((${#missing_bp[@]} > 0)) &&
+	! grep -rqsE -- "(^|[[:space:]])$codename-backports([[:space:]]|$)" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+	if [[ -z $codename ]] || ! entry=$(derive_backports "$codename"); then
+		echo "deps: found no Debian source entry for '$codename' to derive $codename-backports from" >&2
+		exit 1
+	fi
+	echo "deps: adding $codename-backports, derived from this machine's Debian entry:"
+	printf '%s\n' "$entry" | sed 's/^/  /'
+	printf '%s\n' "# slidewin test/deps.sh: backports for valkey-server" "$entry" >"$backports_file"
+fi
+echo "deps: installing ${missing[*]} ${missing_bp[*]}"
 apt-get update
-apt-get install -y --no-install-recommends "${missing[@]}"
+if ((${#missing[@]} > 0)); then
+	apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+if ((${#missing_bp[@]} > 0)); then
+	apt-get install -y --no-install-recommends -t "$codename-backports" "${missing_bp[@]}"
+fi
 
-mapfile -t still < <(missing_packages)
+mapfile -t still < <(missing_packages; for p in "${backports_packages[@]}"; do installed "$p" || echo "$p"; done)
 if ((${#still[@]} > 0)); then
 	echo "deps: still missing after apt-get install: ${still[*]}" >&2
 	exit 1
 fi
-echo "deps: all ${#packages[@]} packages present"
+echo "deps: all $((${#packages[@]} + ${#backports_packages[@]})) packages present"

@@ -9,6 +9,10 @@
 # Callers must stop what they start; trap EXIT INT TERM and call stop_pg,
 # stop_redis (and reap_under for anything a child may have left behind).
 #
+# The Redis server is redis-server, or whatever $SLIDEWIN_REDIS_SERVER names
+# (valkey-server), with its client $SLIDEWIN_REDIS_CLI (default: the server's
+# name with -server replaced by -cli).
+#
 # Sourcing changes no shell options and starts nothing.  It sets:
 #   PG_CONFIG             pg_config to use (respected if already set)
 #   PG_BINDIR             the server's bin directory (initdb, pg_ctl, psql)
@@ -39,6 +43,10 @@ else
 	PG_REGRESS='' PG_ISOLATION_REGRESS='' PG_TAP_PERL=''
 fi
 unset _slidewin_pgxs
+
+SLIDEWIN_REDIS_SERVER=${SLIDEWIN_REDIS_SERVER:-redis-server}
+SLIDEWIN_REDIS_CLI=${SLIDEWIN_REDIS_CLI:-${SLIDEWIN_REDIS_SERVER%-server}-cli}
+export SLIDEWIN_REDIS_SERVER SLIDEWIN_REDIS_CLI
 
 if ((EUID == 0)); then
 	SLIDEWIN_PG_USER=postgres
@@ -98,7 +106,7 @@ free_port() {
 # do not know the option and refuse to start with it.
 _redis_debug_args() {
 	local v
-	v=$(redis-server --version 2>/dev/null | sed -n 's/.* v=\([0-9]*\)\..*/\1/p')
+	v=$("$SLIDEWIN_REDIS_SERVER" --version 2>/dev/null | sed -n 's/.* v=\([0-9]*\)\..*/\1/p')
 	if [[ -n $v ]] && ((v >= 7)); then
 		printf '%s\n' --enable-debug-command yes
 	fi
@@ -110,7 +118,7 @@ _is_redis_pid() {
 	local stat
 	[[ $1 =~ ^[0-9]+$ ]] || return 1
 	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	[[ $stat == *"(redis-server"* ]] || return 1
+	[[ $stat == *"(redis-server"* || $stat == *"(valkey-server"* ]] || return 1
 	stat=${stat##*) }
 	[[ ${stat%% *} != [ZX] ]]
 }
@@ -129,14 +137,14 @@ start_redis() {
 	)
 	mapfile -t -O "${#args[@]}" args < <(_redis_debug_args)
 	rm -f "$dir/redis.pid"
-	if ! redis-server "${args[@]}"; then
-		echo "start_redis: redis-server did not launch" >&2
+	if ! "$SLIDEWIN_REDIS_SERVER" "${args[@]}"; then
+		echo "start_redis: $SLIDEWIN_REDIS_SERVER did not launch" >&2
 		return 1
 	fi
 	for ((i = 0; i < 100; i++)); do
 		[[ -s $dir/redis.pid ]] && pid=$(<"$dir/redis.pid")
 		if [[ -n $pid ]]; then
-			served=$(redis-cli -h 127.0.0.1 -p "$port" info server 2>/dev/null |
+			served=$("$SLIDEWIN_REDIS_CLI" -h 127.0.0.1 -p "$port" info server 2>/dev/null |
 				tr -d '\r' | sed -n 's/^process_id://p')
 			if [[ $served == "$pid" ]]; then
 				echo "$port" >"$dir/redis.port"

@@ -48,6 +48,10 @@ our @EXPORT_OK = qw(start_redis new_node src_dir);
 
 my @all_redis;
 
+# The server under test: redis-server, or $SLIDEWIN_REDIS_SERVER (valkey-server).
+our $server_bin = $ENV{SLIDEWIN_REDIS_SERVER} || 'redis-server';
+our $cli_bin = $ENV{SLIDEWIN_REDIS_CLI} || ($server_bin =~ s/-server$/-cli/r);
+
 # PostgreSQL 15 keeps get_free_port in Cluster; later releases moved it to
 # Utils.  Either way ports are reserved in the shared port lock directory,
 # so parallel scripts do not collide.
@@ -119,7 +123,7 @@ sub new_node
 # Redis 7 refuses DEBUG unless this is set; older servers reject the option.
 sub _debug_args
 {
-	my $version = `redis-server --version`;
+	my $version = `$server_bin --version`;
 	return ($version =~ /v=(\d+)\./ && $1 >= 7)
 	  ? ('--enable-debug-command', 'yes')
 	  : ();
@@ -180,7 +184,7 @@ sub _launch
 	unlink $self->_pidfile;
 
 	my @cmd = (
-		'redis-server',
+		$server_bin,
 		$self->_port_args,
 		'--bind'       => '127.0.0.1',
 		'--daemonize'  => 'yes',
@@ -193,7 +197,7 @@ sub _launch
 		(defined $self->{password} ? ('--requirepass', $self->{password}) : ()),
 		@{ $self->{args} });
 	note("starting redis on port $self->{port}");
-	system(@cmd) == 0 or croak "redis-server did not launch: @cmd";
+	system(@cmd) == 0 or croak "$server_bin did not launch: @cmd";
 
 	# Wait until the server answering on the port is the one we started.
 	my $deadline = time + 10;
@@ -243,7 +247,7 @@ sub cli
 	my ($self, @args) = @_;
 	my ($out, $err) = ('', '');
 	IPC::Run::run(
-		[ 'redis-cli', '-h', '127.0.0.1', '-p', $self->{port}, $self->_auth_args, @args ],
+		[ $cli_bin, '-h', '127.0.0.1', '-p', $self->{port}, $self->_auth_args, @args ],
 		'<', \undef, '>', \$out, '2>', \$err);
 	my $status = $? >> 8;
 	s/\s+\z// for $out, $err;
@@ -255,7 +259,7 @@ sub cli_bg
 	my ($self, @args) = @_;
 	my ($out, $err) = ('', '');
 	my $h = IPC::Run::start(
-		[ 'redis-cli', '-h', '127.0.0.1', '-p', $self->{port}, $self->_auth_args, @args ],
+		[ $cli_bin, '-h', '127.0.0.1', '-p', $self->{port}, $self->_auth_args, @args ],
 		'<', \undef, '>', \$out, '2>', \$err);
 	return wantarray ? ($h, \$out, \$err) : $h;
 }

@@ -14,6 +14,19 @@ is($redis->cli('set', 'harness:k', 'v'), 'OK', 'SET works');
 is($redis->cli('get', 'harness:k'), 'v', 'GET reads it back');
 like($redis->cli('debug', 'sleep', '0'), qr/^OK$/, 'DEBUG is enabled');
 
+# The server is the one asked for: redis-server, or valkey-server when
+# SLIDEWIN_REDIS_SERVER says so (make test runs the suites against both).
+my $info = $redis->cli('info', 'server');
+if ($SlidewinTest::server_bin =~ /valkey/)
+{
+	like($info, qr/^valkey_version:8\./m, 'the server under test is Valkey 8');
+}
+else
+{
+	unlike($info, qr/^valkey_version:/m, 'the server under test is not Valkey');
+	like($info, qr/^redis_version:(6\.2|7)\./m, 'the server under test is Redis 6.2 or 7');
+}
+
 my $node = SlidewinTest::new_node('main', $redis);
 is($node->safe_psql('postgres', 'SELECT 1'), '1', 'node answers SELECT 1');
 is( $node->safe_psql(
