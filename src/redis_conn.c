@@ -479,7 +479,8 @@ setup_command(int argc, const char **argv, RedisResult *result)
  * effect at the next connection.
  */
 static int
-password_from_file(char *out, size_t outsize, RedisResult *result)
+password_from_file(const char *host, int port, char *out, size_t outsize,
+				   RedisResult *result)
 {
 	const char *path = slidewin_redis_password_file;
 	FILE	   *f;
@@ -524,9 +525,7 @@ password_from_file(char *out, size_t outsize, RedisResult *result)
 			skipping = !whole;
 			continue;
 		}
-		if (redis_passfile_match(line, len,
-								 target.is_unix ? target.path : target.host,
-								 target.is_unix ? 0 : target.port,
+		if (redis_passfile_match(line, len, host, port,
 								 target.user[0] ? target.user : "default",
 								 out, outsize))
 		{
@@ -706,9 +705,9 @@ resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
  * the same latch-aware waits as everything else.
  */
 static bool
-tls_start(TimestampTz deadline, char *err, size_t errsize)
+tls_start(const char *name, TimestampTz deadline, char *err, size_t errsize)
 {
-	conn.ssl = tls_open(conn.ctx->fd, target.host, err, errsize);
+	conn.ssl = tls_open(conn.ctx->fd, name, err, errsize);
 	if (conn.ssl == NULL)
 		return false;
 	for (;;)
@@ -729,7 +728,8 @@ tls_start(TimestampTz deadline, char *err, size_t errsize)
 }
 
 static bool
-open_socket(const char *addr, int port, TimestampTz deadline, RedisResult *result)
+open_socket(const char *addr, int port, const char *name, TimestampTz deadline,
+			RedisResult *result)
 {
 	int			soerr = 0;
 	socklen_t	len = sizeof(soerr);
@@ -767,7 +767,7 @@ open_socket(const char *addr, int port, TimestampTz deadline, RedisResult *resul
 		why = "The connection attempt timed out (slidewin.connect_timeout).";
 	else if (getsockopt(conn.ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
 		why = strerror(soerr ? soerr : errno);
-	else if (target.tls && !tls_start(deadline, tlserr, sizeof(tlserr)))
+	else if (target.tls && !tls_start(name, deadline, tlserr, sizeof(tlserr)))
 		why = tlserr;
 	if (why == NULL)
 		return true;
@@ -870,11 +870,247 @@ check_version(RedisResult *result)
 	return true;
 }
 
+/* Close the socket (and its TLS session and wait set), keeping the fd slot. */
+static void
+close_socket(void)
+{
+	if (conn.ssl)
+	{
+		tls_close(conn.ssl);
+		conn.ssl = NULL;
+	}
+	if (conn.wes)
+	{
+		FreeWaitEventSet(conn.wes);
+		conn.wes = NULL;
+	}
+	if (conn.ctx)
+	{
+		redisFree(conn.ctx);
+		conn.ctx = NULL;
+	}
+	conn.mid_exchange = false;
+}
+
+/*
+ * Open a connection to host:port: every address of the name in turn, then
+ * TLS when the URL asks for it (the certificate must name `host`).
+ */
+static bool
+open_server(const char *host, int port, TimestampTz deadline, RedisResult *result)
+{
+	bool		connected = false;
+	struct addrinfo *addrs = resolve_host(host, deadline, result);
+
+	for (struct addrinfo *ai = addrs; ai != NULL && !connected; ai = ai->ai_next)
+	{
+		char		ip[INET6_ADDRSTRLEN];
+		const void *a = ai->ai_family == AF_INET6 ?
+			(const void *) &((struct sockaddr_in6 *) ai->ai_addr)->sin6_addr :
+			(const void *) &((struct sockaddr_in *) ai->ai_addr)->sin_addr;
+
+		if ((ai->ai_family != AF_INET && ai->ai_family != AF_INET6) ||
+			inet_ntop(ai->ai_family, a, ip, sizeof(ip)) == NULL)
+			continue;
+		connected = open_socket(ip, port, host, deadline, result);
+	}
+	if (addrs)
+		freeaddrinfo(addrs);
+	return connected;
+}
+
+/*
+ * Log in to the data server at host:port (AUTH with the URL's password or
+ * the password file's, SELECT) and check its version.
+ */
+static bool
+log_in(const char *host, int port, RedisResult *result)
+{
+	char		password[sizeof(target.password)];
+	bool		ok = true;
+
+	strlcpy(password, target.password, sizeof(password));
+	if (password[0] == '\0' &&
+		password_from_file(host, port, password, sizeof(password), result) < 0)
+		ok = false;
+	else if (password[0] != '\0')
+	{
+		const char *auth[3];
+		int			n = 0;
+
+		auth[n++] = "AUTH";
+		if (target.user[0] != '\0')
+			auth[n++] = target.user;
+		auth[n++] = password;
+		ok = setup_command(n, auth, result);
+	}
+	explicit_bzero(password, sizeof(password));
+	if (ok && target.db != 0)
+	{
+		char		dbbuf[16];
+		const char *sel[2];
+
+		snprintf(dbbuf, sizeof(dbbuf), "%d", target.db);
+		sel[0] = "SELECT";
+		sel[1] = dbbuf;
+		ok = setup_command(2, sel, result);
+	}
+	return ok && check_version(result);
+}
+
+/* ---------------------------------------------------------------------
+ * Sentinel: which server is the master
+ *
+ * The client protocol of Redis Sentinel: ask the sentinels in turn, each
+ * within the timeouts, for the master's address (SENTINEL
+ * GET-MASTER-ADDR-BY-NAME), starting with the one that answered last time;
+ * connect there and confirm with ROLE that it is a master. A master is never
+ * kept across a reconnect: every connection asks again, so a failover is
+ * followed at the next connection. The circuit breaker (policy.c) sees the
+ * whole discovery as one attempt.
+ * ---------------------------------------------------------------------
+ */
+char	   *slidewin_redis_sentinel_password = NULL;
+static int	sentinel_first = 0;
+
+/* One sentinel's answer for the master's address; false with a cause. */
+static bool
+ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   slidewin_connect_timeout);
+	const char *argv[3] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", target.master};
+	size_t		lens[3] = {8, 23, strlen(target.master)};
+	RedisStatus st;
+	redisReply *r;
+	const char *why = NULL;
+	bool		ok;
+
+	if (!open_server(s->host, s->port, deadline, result))
+		return false;
+	if (slidewin_redis_sentinel_password && slidewin_redis_sentinel_password[0])
+	{
+		const char *auth[2] = {"AUTH", slidewin_redis_sentinel_password};
+
+		if (!setup_command(2, auth, result))
+		{
+			close_socket();
+			return false;
+		}
+	}
+	st = exchange(3, argv, lens,
+				  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											  slidewin_command_timeout),
+				  result);
+	r = result->reply;
+	result->reply = NULL;
+	close_socket();
+	if (st != RS_OK)
+	{
+		char		cause[sizeof(result->message)];
+
+		if (r)
+			freeReplyObject(r);
+		strlcpy(cause, result->message, sizeof(cause));
+		set_message(result, RS_FAIL_CONNECT, "a sentinel could not say where the master is", cause);
+		return false;
+	}
+	if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0))
+		why = "The sentinel does not know a master by that name.";
+	else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+			 r->element[0]->type != REDIS_REPLY_STRING ||
+			 r->element[1]->type != REDIS_REPLY_STRING)
+		why = "The sentinel's answer is not an address and a port.";
+	ok = why == NULL &&
+		redis_parse_master_addr(r->element[0]->str, r->element[0]->len,
+								r->element[1]->str, r->element[1]->len,
+								master, &why);
+	freeReplyObject(r);
+	if (!ok)
+	{
+		char		where[300];
+
+		snprintf(where, sizeof(where), "a sentinel at %s:%d could not say where master \"%s\" is",
+				 s->host, s->port, target.master);
+		set_message(result, RS_FAIL_CONNECT, where, why);
+		return false;
+	}
+	return true;
+}
+
+/* Is the server we are logged in to a master? */
+static bool
+check_master(RedisResult *result)
+{
+	const char *argv[1] = {"ROLE"};
+	size_t		lens[1] = {4};
+	RedisStatus st;
+	redisReply *r;
+	bool		master;
+
+	st = exchange(1, argv, lens,
+				  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											  slidewin_command_timeout),
+				  result);
+	r = result->reply;
+	result->reply = NULL;
+	if (st != RS_OK)
+	{
+		char		cause[sizeof(result->message)];
+
+		if (r)
+			freeReplyObject(r);
+		strlcpy(cause, result->message, sizeof(cause));
+		set_message(result, RS_FAIL_CONNECT, "could not ask the server its role (ROLE)", cause);
+		return false;
+	}
+	master = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+		r->element[0]->type == REDIS_REPLY_STRING &&
+		r->element[0]->len == 6 && memcmp(r->element[0]->str, "master", 6) == 0;
+	freeReplyObject(r);
+	if (!master)
+		set_message(result, RS_FAIL_CONNECT, "the server the sentinels named is not a master",
+					"It reports another role; a failover is under way.");
+	return master;
+}
+
+/* Find the master through the sentinels, connect, log in, confirm it. */
+static bool
+connect_sentinel(RedisResult *result)
+{
+	/* once, and once more if the server named is not (or no longer) a master */
+	for (int round = 0; round < 2; round++)
+	{
+		RedisHostPort master;
+		bool		found = false;
+
+		for (int k = 0; k < target.nsentinels && !found; k++)
+		{
+			int			i = (sentinel_first + k) % target.nsentinels;
+
+			if (ask_sentinel(&target.sentinels[i], &master, result))
+			{
+				sentinel_first = i;
+				found = true;
+			}
+		}
+		if (!found)
+			return false;
+		if (open_server(master.host, master.port,
+						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													slidewin_connect_timeout),
+						result) &&
+			log_in(master.host, master.port, result) && check_master(result))
+			return true;
+		close_socket();
+	}
+	return false;
+}
+
 static bool
 connect_redis(RedisResult *result)
 {
-	TimestampTz deadline;
-	bool		connected = false;
+	bool		connected;
 
 	if (!target_set)
 	{
@@ -890,77 +1126,21 @@ connect_redis(RedisResult *result)
 	}
 	conn.fd_reserved = true;
 
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										   slidewin_connect_timeout);
-	if (target.is_unix)
-		connected = open_socket(target.path, 0, deadline, result);
+	if (target.nsentinels > 0)
+		connected = connect_sentinel(result);
+	else if (target.is_unix)
+		connected = open_socket(target.path, 0, target.path,
+								TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															slidewin_connect_timeout),
+								result) &&
+			log_in(target.path, 0, result);
 	else
-	{
-		struct addrinfo *addrs = resolve_host(target.host, deadline, result);
-
-		/* Every address in turn, as long as the deadline allows. */
-		for (struct addrinfo *ai = addrs; ai != NULL && !connected; ai = ai->ai_next)
-		{
-			char		ip[INET6_ADDRSTRLEN];
-			const void *a = ai->ai_family == AF_INET6 ?
-				(const void *) &((struct sockaddr_in6 *) ai->ai_addr)->sin6_addr :
-				(const void *) &((struct sockaddr_in *) ai->ai_addr)->sin_addr;
-
-			if ((ai->ai_family != AF_INET && ai->ai_family != AF_INET6) ||
-				inet_ntop(ai->ai_family, a, ip, sizeof(ip)) == NULL)
-				continue;
-			connected = open_socket(ip, target.port, deadline, result);
-		}
-		if (addrs)
-			freeaddrinfo(addrs);
-	}
+		connected = open_server(target.host, target.port,
+								TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															slidewin_connect_timeout),
+								result) &&
+			log_in(target.host, target.port, result);
 	if (!connected)
-	{
-		redis_disconnect();
-		return false;
-	}
-
-	{
-		char		password[sizeof(target.password)];
-		bool		ok = true;
-
-		strlcpy(password, target.password, sizeof(password));
-		if (password[0] == '\0' &&
-			password_from_file(password, sizeof(password), result) < 0)
-			ok = false;
-		else if (password[0] != '\0')
-		{
-			const char *auth[3];
-			int			n = 0;
-
-			auth[n++] = "AUTH";
-			if (target.user[0] != '\0')
-				auth[n++] = target.user;
-			auth[n++] = password;
-			ok = setup_command(n, auth, result);
-		}
-		explicit_bzero(password, sizeof(password));
-		if (!ok)
-		{
-			redis_disconnect();
-			return false;
-		}
-	}
-	if (target.db != 0)
-	{
-		char		dbbuf[16];
-		const char *sel[2];
-
-		snprintf(dbbuf, sizeof(dbbuf), "%d", target.db);
-		sel[0] = "SELECT";
-		sel[1] = dbbuf;
-		if (!setup_command(2, sel, result))
-		{
-			redis_disconnect();
-			return false;
-		}
-	}
-	if (!check_version(result))
 	{
 		redis_disconnect();
 		return false;
@@ -1026,6 +1206,18 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 							  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  slidewin_command_timeout),
 							  result);
+			/*
+			 * Under Sentinel, READONLY means the server is no longer the
+			 * master (a failover): ask the sentinels again, once, now.
+			 */
+			if (st == RS_FAIL_REPLY && target.nsentinels > 0 && attempt == 0 &&
+				strncmp(result->reply->str, "READONLY", 8) == 0)
+			{
+				freeReplyObject(result->reply);
+				result->reply = NULL;
+				redis_disconnect();
+				continue;
+			}
 			if (st == RS_OK || st == RS_FAIL_REPLY)
 				break;
 

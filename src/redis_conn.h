@@ -42,6 +42,7 @@ extern int	slidewin_command_timeout;
 extern uint64 redis_target_generation;
 
 extern char *slidewin_redis_password_file;
+extern char *slidewin_redis_sentinel_password;
 
 extern void redis_set_target(const RedisTarget *target);
 extern void redis_credentials_changed(void);

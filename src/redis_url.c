@@ -93,6 +93,137 @@ parse_userinfo(const char *s, size_t len, RedisTarget *t)
 }
 
 /*
+ * One host[:port] or [v6addr][:port] in [p, end): copied to hp, with
+ * default_port when none is given. False with *why on anything else.
+ */
+static bool
+parse_hostport(const char *p, const char *end, int default_port,
+			   RedisHostPort *hp, const char **why)
+{
+	hp->port = default_port;
+	if (p < end && *p == '[')
+	{
+		const char *rb = memchr(p, ']', end - p);
+
+		if (rb == NULL || rb - p - 1 <= 0 || (size_t) (rb - p - 1) >= sizeof(hp->host))
+		{
+			*why = "The bracketed IPv6 host is malformed.";
+			return false;
+		}
+		memcpy(hp->host, p + 1, rb - p - 1);
+		hp->host[rb - p - 1] = '\0';
+		p = rb + 1;
+		if (p < end && *p != ':')
+		{
+			*why = "Expected \":port\" after the IPv6 host.";
+			return false;
+		}
+	}
+	else
+	{
+		const char *colon = memchr(p, ':', end - p);
+		const char *hend = colon ? colon : end;
+
+		if (hend == p || (size_t) (hend - p) >= sizeof(hp->host))
+		{
+			*why = "The host is empty or too long.";
+			return false;
+		}
+		memcpy(hp->host, p, hend - p);
+		hp->host[hend - p] = '\0';
+		p = hend;
+	}
+	if (p < end && *p == ':' &&
+		!parse_int_range(p + 1, end - p - 1, 1, 65535, &hp->port))
+	{
+		*why = "The port must be a number from 1 to 65535.";
+		return false;
+	}
+	return true;
+}
+
+/*
+ * redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
+ * after the scheme, at p.
+ */
+static bool
+parse_sentinel(const char *p, RedisTarget *t, const char **why)
+{
+	const char *slash = strchr(p, '/');
+	const char *at = NULL;
+	const char *hosts;
+	const char *name;
+	const char *name_end;
+
+	for (const char *q = p; q < (slash ? slash : p + strlen(p)); q++)
+		if (*q == '@')
+			at = q;
+	if (at)
+	{
+		if (!parse_userinfo(p, at - p, t))
+		{
+			*why = "The user or password part is malformed or too long.";
+			return false;
+		}
+		p = at + 1;
+	}
+	slash = strchr(p, '/');
+	if (slash == NULL || slash == p)
+	{
+		*why = slash ? "The list of sentinels is empty." :
+			"The master's name is missing: redis-sentinel://host[:port][,host[:port]...]/master_name[/db].";
+		return false;
+	}
+	hosts = p;
+	while (hosts < slash)
+	{
+		const char *comma = memchr(hosts, ',', slash - hosts);
+		const char *hend = comma ? comma : slash;
+
+		if (hend == hosts)
+		{
+			*why = "An entry of the list of sentinels is empty.";
+			return false;
+		}
+		if (t->nsentinels == REDIS_MAX_SENTINELS)
+		{
+			*why = "At most 8 sentinels may be listed.";
+			return false;
+		}
+		if (!parse_hostport(hosts, hend, 26379, &t->sentinels[t->nsentinels], why))
+			return false;
+		t->nsentinels++;
+		if (comma && comma + 1 == slash)
+		{
+			*why = "An entry of the list of sentinels is empty.";
+			return false;
+		}
+		hosts = comma ? comma + 1 : slash;
+	}
+	name = slash + 1;
+	name_end = strchr(name, '/');
+	if (name_end == NULL)
+		name_end = name + strlen(name);
+	if (name_end == name || (size_t) (name_end - name) >= sizeof(t->master))
+	{
+		*why = "The master's name is empty or too long.";
+		return false;
+	}
+	memcpy(t->master, name, name_end - name);
+	t->master[name_end - name] = '\0';
+	if (*name_end == '/' &&
+		!parse_int_range(name_end + 1, strlen(name_end + 1), 0, 1000000, &t->db))
+	{
+		*why = "The database must be a non-negative number.";
+		return false;
+	}
+	/* the first sentinel stands in the host fields, for messages */
+	memcpy(t->host, t->sentinels[0].host, sizeof(t->host));
+	t->port = t->sentinels[0].port;
+	return true;
+}
+
+/*
  * Parse redis://[[user]:password@]host[:port][/db] or
  * unix://[[user]:password@]/path/to/socket[?db=N].
  * Runs in a GUC check hook: no palloc'd results, no ereport.
@@ -106,6 +237,13 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 	memset(t, 0, sizeof(*t));
 	t->port = 6379;
 
+	if (strncmp(url, "redis-sentinel://", 17) == 0)
+		return parse_sentinel(url + 17, t, why);
+	if (strncmp(url, "rediss-sentinel://", 18) == 0)
+	{
+		t->tls = true;
+		return parse_sentinel(url + 18, t, why);
+	}
 	if (strncmp(url, "redis://", 8) == 0 || strncmp(url, "rediss://", 9) == 0)
 	{
 		const char *end;
@@ -221,7 +359,7 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 		return true;
 	}
 
-	*why = "The URL must start with redis://, rediss:// or unix://.";
+	*why = "The URL must start with redis://, rediss://, redis-sentinel://, rediss-sentinel:// or unix://.";
 	return false;
 }
 
@@ -338,5 +476,37 @@ redis_parse_version(const char *s, size_t len, int *major, int *minor)
 	}
 	*major = part[0];
 	*minor = part[1];
+	return true;
+}
+
+bool
+redis_parse_master_addr(const char *host, size_t hostlen,
+						const char *port, size_t portlen,
+						RedisHostPort *out, const char **why)
+{
+	if (hostlen == 0 || hostlen >= sizeof(out->host))
+	{
+		*why = "The master's address announced by the sentinel is empty or too long.";
+		return false;
+	}
+	for (size_t i = 0; i < hostlen; i++)
+	{
+		char		c = host[i];
+
+		/* a name or an address: letters, digits, '.', '-', '_' and ':' (IPv6) */
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_' || c == ':'))
+		{
+			*why = "The master's address announced by the sentinel has a character no host name or address has.";
+			return false;
+		}
+	}
+	if (!parse_int_range(port, portlen, 1, 65535, &out->port))
+	{
+		*why = "The master's port announced by the sentinel is not a number from 1 to 65535.";
+		return false;
+	}
+	memcpy(out->host, host, hostlen);
+	out->host[hostlen] = '\0';
 	return true;
 }

@@ -10,11 +10,24 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The most sentinels a redis-sentinel:// URL may list. */
+#define REDIS_MAX_SENTINELS 8
+
+typedef struct RedisHostPort
+{
+	char		host[256];
+	int			port;
+} RedisHostPort;
+
 /* Parsed form of slidewin.redis_url; lives in malloc'd GUC "extra" memory. */
 typedef struct RedisTarget
 {
 	bool		is_unix;
-	bool		tls;			/* rediss:// */
+	bool		tls;			/* rediss://, rediss-sentinel:// */
+	/* redis-sentinel://: the sentinels and the master's name */
+	int			nsentinels;		/* 0: not a sentinel URL */
+	RedisHostPort sentinels[REDIS_MAX_SENTINELS];
+	char		master[256];
 	char		host[256];
 	int			port;
 	char		path[1024];
@@ -24,7 +37,10 @@ typedef struct RedisTarget
 } RedisTarget;
 
 /*
- * Parse redis://[[user]:password@]host[:port][/db] (rediss:// for TLS) or
+ * Parse redis://[[user]:password@]host[:port][/db] (rediss:// for TLS),
+ * redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
+ * (rediss-sentinel:// for TLS; the hosts are sentinels, port 26379 unless
+ * given, and the user and password are the master's) or
  * unix://[[user]:password@]/path/to/socket[?db=N] into *target. On failure
  * returns false with a sentence for errdetail in *why.
  */
@@ -44,6 +60,15 @@ extern bool redis_parse_url(const char *url, RedisTarget *target,
 extern bool redis_passfile_match(const char *line, size_t len,
 								 const char *host, int port, const char *user,
 								 char *password, size_t pwsize);
+
+/*
+ * A sentinel's answer for the master's address: the host (an address or a
+ * name, as the sentinels announce it) and its port, as two strings. False
+ * with a sentence in *why unless both are well formed.
+ */
+extern bool redis_parse_master_addr(const char *host, size_t hostlen,
+									const char *port, size_t portlen,
+									RedisHostPort *out, const char **why);
 
 /*
  * "7.0.15" -> 7, 0. False unless the text starts with two dot-separated

@@ -104,6 +104,21 @@ assign_redis_url(const char *newval, void *extra)
 	deny_cache_forget_all();
 }
 
+/* Like a password in the URL: never where every role can read it. */
+static bool
+check_sentinel_password(char **newval, void **extra, GucSource source)
+{
+	if (*newval && (*newval)[0] != '\0' && source_is_catalog(source))
+	{
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errmsg("slidewin.redis_sentinel_password cannot be set here");
+		GUC_check_errdetail("Values set with ALTER ROLE, ALTER DATABASE or a function's SET clause are stored in catalogs that every role can read.");
+		GUC_check_errhint("Set it in postgresql.conf or with ALTER SYSTEM.");
+		return false;
+	}
+	return true;
+}
+
 static void
 assign_password_file(const char *newval, void *extra)
 {
@@ -148,8 +163,9 @@ define_settings(void)
 {
 	DefineCustomStringVariable("slidewin.redis_url",
 							   gettext_noop("Redis server that holds the rate limits."),
-							   gettext_noop("redis://[[user]:password@]host[:port][/db], rediss:// (TLS) or "
-											"unix://[[user]:password@]/path/to/socket[?db=N]."),
+							   gettext_noop("redis://[[user]:password@]host[:port][/db], rediss:// (TLS), "
+											"redis-sentinel://[[user]:password@]host[:port][,...]/master[/db], "
+											"rediss-sentinel:// or unix://[[user]:password@]/path/to/socket[?db=N]."),
 							   &slidewin_redis_url,
 							   "redis://127.0.0.1:6379",
 							   PGC_SUSET,
@@ -166,6 +182,15 @@ define_settings(void)
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY,
 							   NULL, assign_password_file, NULL);
+
+	DefineCustomStringVariable("slidewin.redis_sentinel_password",
+							   gettext_noop("Password of the sentinels of a redis-sentinel:// URL."),
+							   gettext_noop("The URL's user and password are the master's."),
+							   &slidewin_redis_sentinel_password,
+							   "",
+							   PGC_SUSET,
+							   GUC_SUPERUSER_ONLY,
+							   check_sentinel_password, assign_password_file, NULL);
 
 	DefineCustomStringVariable("slidewin.redis_tls_ca_file",
 							   gettext_noop("CA bundle that a rediss:// server's certificate must chain to."),

@@ -18,6 +18,7 @@ packages=(
 	openssl
 	redis-server
 	redis-tools
+	redis-sentinel
 	libipc-run-perl
 	build-essential
 	procps
