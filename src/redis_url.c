@@ -1,17 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * redis_url.c
- *		The grammar of slidewin.redis_url and of the password file.
+ *		The grammar of slidewin.redis_url and of the password file, and the
+ *		version a server names in its answer to HELLO.
  *
- * Everything here is a pure function of its input strings: it must not
- * allocate, raise errors, or depend on the server, so that the same code
- * runs in a GUC check hook, in the connection path, and under a fuzzer.
+ * Everything here is a pure function of its input strings (or of a reply
+ * tree hiredis has already parsed): it must not allocate, raise errors, or
+ * depend on the server, so that the same code runs in a GUC check hook, in
+ * the connection path, and under a fuzzer.
  * Every bound is checked before a byte is copied.
  *
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
 #include <string.h>
+
+#include <hiredis/hiredis.h>
 
 #include "redis_url.h"
 
@@ -338,4 +342,29 @@ redis_parse_version(const char *s, size_t len, int *major, int *minor)
 	*major = part[0];
 	*minor = part[1];
 	return true;
+}
+
+bool
+redis_hello_version(const redisReply *r, int *major, int *minor,
+					char *found, size_t foundsize)
+{
+	if (foundsize > 0)
+		found[0] = '\0';
+	if (r->type != REDIS_REPLY_ARRAY)
+		return false;
+	/* HELLO 2 answers a flat array of field names and values */
+	for (size_t i = 0; i + 1 < r->elements; i += 2)
+	{
+		const redisReply *k = r->element[i];
+		const redisReply *v = r->element[i + 1];
+
+		if (k->type == REDIS_REPLY_STRING && k->len == 7 &&
+			memcmp(k->str, "version", 7) == 0 &&
+			v->type == REDIS_REPLY_STRING)
+		{
+			snprintf(found, foundsize, "%.*s", (int) (v->len < 60 ? v->len : 60), v->str);
+			return redis_parse_version(v->str, v->len, major, minor);
+		}
+	}
+	return false;
 }
