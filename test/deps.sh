@@ -18,6 +18,8 @@ packages=(
 	redis-tools
 	libipc-run-perl
 	build-essential
+	clang-14
+	libclang-rt-14-dev
 	procps
 	util-linux
 )
