@@ -181,7 +181,11 @@ check_fields(OutcomeCheck *ck)
 	if (written)
 		expect(ck, v[RF_USED] >= cost, RF_USED,
 			   "it must include the %" PRId64 " units recorded", cost);
-	if (exact)
+	/*
+	 * Only once used is known not to be negative: lim - used must not
+	 * overflow, whatever a hostile reply holds.
+	 */
+	if (exact && ck->ok)
 	{
 		/* the units before this call, and the decision they lead to */
 		int64_t		before = written ? v[RF_USED] - cost : v[RF_USED];
@@ -206,11 +210,22 @@ check_fields(OutcomeCheck *ck)
 		expect(ck, v[RF_RECORDED] >= clock_floor && valid_time(v[RF_RECORDED]),
 			   RF_RECORDED, "it must be the time of the entry recorded, at least %" PRId64,
 			   clock_floor);
-		/* both are valid times, so the sum cannot overflow */
+		/*
+		 * A valid time may be as late as int64 goes (valid_time bounds it
+		 * below only), so the sum is checked for overflow: past the top, no
+		 * reset_at can follow.
+		 */
 		if (ck->ok)
-			expect(ck, v[RF_RESET] == v[RF_RECORDED] + call->win_us, RF_RESET,
-				   "it must be the recorded time plus the window, %" PRId64,
-				   v[RF_RECORDED] + call->win_us);
+		{
+			int64_t		want;
+
+			if (__builtin_add_overflow(v[RF_RECORDED], call->win_us, &want))
+				expect(ck, false, RF_RECORDED,
+					   "the window after it would end past the last valid time");
+			else
+				expect(ck, v[RF_RESET] == want, RF_RESET,
+					   "it must be the recorded time plus the window, %" PRId64, want);
+		}
 	}
 	else
 		expect(ck, v[RF_RECORDED] == -1, RF_RECORDED,
