@@ -31,7 +31,11 @@ hexval(char c)
 	return -1;
 }
 
-/* Copy [src, src+len) into dst, undoing %XX escapes. */
+/*
+ * Copy [src, src+len) into dst, undoing %XX escapes. %00 is refused: the
+ * result is a C string, and a NUL inside it would silently cut the user or
+ * password short.
+ */
 static bool
 copy_decoded(char *dst, size_t dstsize, const char *src, size_t len)
 {
@@ -53,6 +57,8 @@ copy_decoded(char *dst, size_t dstsize, const char *src, size_t len)
 			if (hi < 0 || lo < 0)
 				return false;
 			c = (char) (hi * 16 + lo);
+			if (c == '\0')
+				return false;
 			i += 2;
 		}
 		if (o + 1 >= dstsize)
