@@ -355,7 +355,7 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 		pfree(keys[i].data);
 	if (!settle(r))
 		return false;
-	if (!reply_check_del(r->reply, ALGO_COUNT, why, sizeof(why)))
+	if (!reply_check_del(r->reply, n, why, sizeof(why)))
 		return refuse_reply(r, "%s", why);
 	freeReplyObject(r->reply);
 	r->reply = NULL;
