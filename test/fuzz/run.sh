@@ -102,6 +102,7 @@ if [[ -z $server_inc || ! -f $server_inc/utils/fmgroids.h ]]; then
 	exit 1
 fi
 
+# shellcheck disable=SC2054 # the commas are clang's, not array separators
 cflags=(-g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
 	-I"$repo/src" -I"$server_inc")
@@ -174,7 +175,11 @@ for t in "${targets[@]}"; do
 		clean=$((clean + 1))
 	else
 		echo "fuzz_$t: FAILED (status $rc after ${took} s); the report:"
-		grep -v -E '^(#[0-9]+|INFO:|\s*$)' "$log" | tail -n 80 | sed 's/^/    /'
+		# from the first line of the report on, without libFuzzer's progress lines
+		report=$(awk '/==ERROR|runtime error:|check failed|deadly signal|ALARM|out-of-memory/ { on = 1 }
+			on && !/^#[0-9]+\t/' "$log" | head -n 150)
+		[[ -n $report ]] || report=$(tail -n 40 "$log")
+		printf '%s\n' "$report" | sed 's/^/    /'
 		saved=$(find "$artifacts" -name "$t-*" -type f 2>/dev/null)
 		if [[ -n $saved ]]; then
 			echo "fuzz_$t: input saved: $saved"
