@@ -29,7 +29,7 @@
 #   SLIDEWIN_ONLY=REGEX    run only the tests whose names match (egrep); the
 #                          benchmark smoke runs only if "bench" matches, and a
 #                          fuzz target by its name (fuzz_url)
-#   SLIDEWIN_FUZZ_SECONDS  seconds each fuzz target runs (default 7)
+#   SLIDEWIN_FUZZ_SECONDS  seconds each fuzz target runs (default 6)
 #   PG_TEST_PORT_DIR       port lock directory shared with other runs (default:
 #                          one per run, so parallel runs only have bind checks)
 #
@@ -346,11 +346,11 @@ run_tap_suite "${tap_tests[@]}"
 
 # ---- fuzzers --------------------------------------------------------------------
 # A short run of each libFuzzer target (test/fuzz/run.sh, $SLIDEWIN_FUZZ_SECONDS
-# each, default 7; `make fuzz` runs them longer). Each target counts as one
+# each, default 6; `make fuzz` runs them longer). Each target counts as one
 # test; a build that fails fails them all. They need no server.
 run_fuzz_targets() {
 	(($# > 0)) || return 0
-	local secs=${SLIDEWIN_FUZZ_SECONDS:-7} t
+	local secs=${SLIDEWIN_FUZZ_SECONDS:-6} t
 	banner "fuzz ($# targets, $secs s each)"
 	if ! bounded "$work/fuzz_build.log" 600 bash "$repo/test/fuzz/run.sh" --build-only; then
 		cat "$work/fuzz_build.log"
