@@ -3,17 +3,20 @@
 #   make demo    install what is missing, build, install, run the demo
 #   make test    install what is missing, build, install, run every suite
 #   make bench   the benchmark (not part of make test)
+#   make fuzz    build the libFuzzer targets (test/fuzz) and run each for
+#                FUZZ_SECONDS (default 60); make test runs them briefly
 #
 # PGXS is included only when pg_config can find it, so that `make demo` and
 # `make test` work on a machine where the server headers are not yet installed:
 # they install them first and then call make again.
 
 MODULE_big = slidewin
-OBJS = src/slidewin.o src/redis_url.o src/redis_tls.o src/redis_conn.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o src/policy.o src/enforce.o src/refund.o src/trigger.o src/tenant.o src/deny_cache.o
+OBJS = src/slidewin.o src/redis_url.o src/redis_tls.o src/redis_conn.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o src/policy.o src/enforce.o src/refund.o src/trigger.o src/tenant.o src/deny_cache.o src/reply_check.o src/reply_cap.o src/tenant_kind.o
 EXTENSION = slidewin
 DATA = sql/slidewin--1.0.sql sql/slidewin--1.0--1.1.sql
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Isrc
 SHLIB_LINK = -lhiredis -lanl -lssl -lcrypto
+EXTRA_CLEAN = test/fuzz/build
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(filter-out sql/slidewin--%,$(wildcard sql/*.sql))))
 REGRESS_OPTS = --inputdir=. --load-extension=slidewin
@@ -40,7 +43,9 @@ ifneq ($(PGXS),)
 $(OBJS): $(wildcard src/*.h)
 endif
 
-.PHONY: deps demo test bench
+.PHONY: deps demo test bench fuzz
+
+FUZZ_SECONDS ?= 60
 
 deps:
 	@bash test/deps.sh
@@ -62,3 +67,7 @@ bench: deps
 	$(MAKE) all
 	$(MAKE) install
 	@bash test/bench/run.sh
+
+# Built with clang outside PGXS: the targets link only the pure files and hiredis.
+fuzz: deps
+	@bash test/fuzz/run.sh --seconds $(FUZZ_SECONDS)

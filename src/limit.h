@@ -9,21 +9,13 @@
 #include "fmgr.h"
 #include "datatype/timestamp.h"
 
+#include "algorithm.h"
+
 /* Keys longer than this are refused, so that one call cannot bloat Redis. */
 #define RL_MAX_KEY_BYTES 1024
 /* Running totals travel through Redis Lua as doubles: keep them exact. */
 #define RL_MAX_LIMIT INT64CONST(2251799813685248)	/* 2^51 */
 #define RL_MAX_WINDOW_DAYS 3650
-
-typedef enum RlAlgorithm
-{
-	ALGO_SLIDING_LOG,
-	ALGO_SLIDING_COUNTER,
-	ALGO_FIXED_WINDOW,
-	ALGO_TOKEN_BUCKET,
-	ALGO_MULTI_LOG,				/* rl_attempt_multi: one log, several windows */
-	ALGO_COUNT
-} RlAlgorithm;
 
 #define RL_MAX_WINDOWS 8
 

@@ -41,6 +41,7 @@
 
 #include "redis_conn.h"
 #include "redis_tls.h"
+#include "reply_cap.h"
 
 int			slidewin_connect_timeout = 200;
 int			slidewin_command_timeout = 100;
@@ -281,53 +282,6 @@ conn_pending(void)
 }
 
 /*
- * Bounds on one reply. hiredis buffers a bulk string until all of it has
- * arrived and allocates an array's element table when it reads the header,
- * so a broken or hostile server could otherwise make the backend allocate
- * whatever it announces or streams until the command timeout. slidewin's
- * commands get back a few integers; these bounds leave room for any command
- * a connection may need, and no more.
- */
-#define REPLY_MAX_BYTES		(4 * 1024 * 1024)
-#define REPLY_MAX_ELEMENTS	(256 * 1024)	/* summed over all its arrays */
-
-static redisReplyObjectFunctions *hiredis_reply_fns;
-static redisReplyObjectFunctions capped_reply_fns;
-static int	reply_elements_left;
-static bool reply_too_many_elements;
-
-/* hiredis takes NULL for out of memory and stops with a reader error. */
-static void *
-capped_create_array(const redisReadTask *task, int elements)
-{
-	if (elements > reply_elements_left)
-	{
-		reply_too_many_elements = true;
-		return NULL;
-	}
-	reply_elements_left -= elements;
-	return hiredis_reply_fns->createArray(task, elements);
-}
-
-/* Start a reply's budget; the reader's object functions become the capped ones. */
-static void
-cap_next_reply(redisReader *reader)
-{
-	if (reader->fn != &capped_reply_fns)
-	{
-		if (hiredis_reply_fns == NULL)
-		{
-			hiredis_reply_fns = reader->fn;
-			capped_reply_fns = *reader->fn;
-			capped_reply_fns.createArray = capped_create_array;
-		}
-		reader->fn = &capped_reply_fns;
-	}
-	reply_elements_left = REPLY_MAX_ELEMENTS;
-	reply_too_many_elements = false;
-}
-
-/*
  * One request/reply exchange on the open connection. On anything but a
  * reply (error replies included) the connection must be discarded by the
  * caller.
@@ -376,14 +330,14 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 		}
 	}
 
-	cap_next_reply(c->reader);
+	reply_cap_next(c->reader);
 	for (;;)
 	{
 		ssize_t		n;
 
 		if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
 		{
-			if (reply_too_many_elements)
+			if (reply_cap_exceeded())
 			{
 				snprintf(detail, sizeof(detail),
 						 "it announces more than %d array elements",
@@ -833,24 +787,8 @@ check_version(RedisResult *result)
 					"could not ask Redis for its version (HELLO)", cause);
 		return false;
 	}
-	if (r->type == REDIS_REPLY_ARRAY)
-	{
-		for (size_t i = 0; i + 1 < r->elements; i += 2)
-		{
-			redisReply *k = r->element[i];
-			redisReply *v = r->element[i + 1];
-
-			if (k->type == REDIS_REPLY_STRING && k->len == 7 &&
-				memcmp(k->str, "version", 7) == 0 &&
-				v->type == REDIS_REPLY_STRING)
-			{
-				snprintf(found, sizeof(found), "%.*s", (int) Min(v->len, 60), v->str);
-				if (!redis_parse_version(v->str, v->len, &major, &minor))
-					major = -1;
-				break;
-			}
-		}
-	}
+	if (!redis_hello_version(r, &major, &minor, found, sizeof(found)))
+		major = -1;
 	freeReplyObject(r);
 	if (major < 0)
 	{

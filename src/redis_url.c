@@ -1,17 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * redis_url.c
- *		The grammar of slidewin.redis_url and of the password file.
+ *		The grammar of slidewin.redis_url and of the password file, and the
+ *		version a server names in its answer to HELLO.
  *
- * Everything here is a pure function of its input strings: it must not
- * allocate, raise errors, or depend on the server, so that the same code
- * runs in a GUC check hook, in the connection path, and under a fuzzer.
+ * Everything here is a pure function of its input strings (or of a reply
+ * tree hiredis has already parsed): it must not allocate, raise errors, or
+ * depend on the server, so that the same code runs in a GUC check hook, in
+ * the connection path, and under a fuzzer.
  * Every bound is checked before a byte is copied.
  *
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
 #include <string.h>
+
+#include <hiredis/hiredis.h>
 
 #include "redis_url.h"
 
@@ -27,7 +31,11 @@ hexval(char c)
 	return -1;
 }
 
-/* Copy [src, src+len) into dst, undoing %XX escapes. */
+/*
+ * Copy [src, src+len) into dst, undoing %XX escapes. %00 is refused: the
+ * result is a C string, and a NUL inside it would silently cut the user or
+ * password short.
+ */
 static bool
 copy_decoded(char *dst, size_t dstsize, const char *src, size_t len)
 {
@@ -49,6 +57,8 @@ copy_decoded(char *dst, size_t dstsize, const char *src, size_t len)
 			if (hi < 0 || lo < 0)
 				return false;
 			c = (char) (hi * 16 + lo);
+			if (c == '\0')
+				return false;
 			i += 2;
 		}
 		if (o + 1 >= dstsize)
@@ -509,4 +519,29 @@ redis_parse_master_addr(const char *host, size_t hostlen,
 	memcpy(out->host, host, hostlen);
 	out->host[hostlen] = '\0';
 	return true;
+}
+
+bool
+redis_hello_version(const redisReply *r, int *major, int *minor,
+					char *found, size_t foundsize)
+{
+	if (foundsize > 0)
+		found[0] = '\0';
+	if (r->type != REDIS_REPLY_ARRAY)
+		return false;
+	/* HELLO 2 answers a flat array of field names and values */
+	for (size_t i = 0; i + 1 < r->elements; i += 2)
+	{
+		const redisReply *k = r->element[i];
+		const redisReply *v = r->element[i + 1];
+
+		if (k->type == REDIS_REPLY_STRING && k->len == 7 &&
+			memcmp(k->str, "version", 7) == 0 &&
+			v->type == REDIS_REPLY_STRING)
+		{
+			snprintf(found, foundsize, "%.*s", (int) (v->len < 60 ? v->len : 60), v->str);
+			return redis_parse_version(v->str, v->len, major, minor);
+		}
+	}
+	return false;
 }

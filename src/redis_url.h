@@ -1,7 +1,7 @@
 /*
  * redis_url.h
  *		Where slidewin connects: the grammar of slidewin.redis_url and of the
- *		password file. Pure functions over strings: no server, no backend,
+ *		password file, and the server's version. Pure functions over strings: no server, no backend,
  *		no allocation, so that they can be tested and fuzzed on their own.
  */
 #ifndef SLIDEWIN_REDIS_URL_H
@@ -75,6 +75,17 @@ extern bool redis_parse_master_addr(const char *host, size_t hostlen,
  * numbers of at most four digits each.
  */
 extern bool redis_parse_version(const char *s, size_t len, int *major, int *minor);
+
+/*
+ * The version a HELLO 2 reply names: its first "version" field whose value
+ * is a bulk string, read by redis_parse_version. That value, as text of at
+ * most 60 bytes, goes to found whenever there is one (for a message); found
+ * is "" otherwise. False when there is no such field or it does not read as
+ * a version. Pure like the rest: it looks at hiredis's reply tree only.
+ */
+struct redisReply;
+extern bool redis_hello_version(const struct redisReply *reply, int *major, int *minor,
+								char *found, size_t foundsize);
 
 /* The oldest server slidewin supports: ZRANGE ... REV came with 6.2. */
 #define REDIS_MIN_MAJOR 6

@@ -9,7 +9,8 @@
  * reply it does not know: always an ERROR). A reply that is not one the
  * script could have given (a proxy, another program on the port, keys
  * edited by someone else) counts as "cannot answer": it is never believed,
- * and the connection that carried it is dropped. It does not decide policy.
+ * and the connection that carried it is dropped (which replies those are is
+ * decided in reply_check.c, which is pure). It does not decide policy.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,26 +25,6 @@
 #include "store_redis.h"
 
 char	   *slidewin_key_prefix = NULL;
-
-/* Error replies that mean "not now": the store is busy or degraded. */
-static const char *const transient_errors[] = {
-	"OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN",
-	"NOREPLICAS", "CLUSTERDOWN", "MISCONF", NULL
-};
-
-static bool
-is_transient(const char *msg)
-{
-	for (int i = 0; transient_errors[i]; i++)
-	{
-		size_t		n = strlen(transient_errors[i]);
-
-		if (strncmp(msg, transient_errors[i], n) == 0 &&
-			(msg[n] == ' ' || msg[n] == '\0'))
-			return true;
-	}
-	return false;
-}
 
 /*
  * The Redis key for a user key: the prefix, a tag naming the data structure,
@@ -94,7 +75,7 @@ settle(RedisResult *r)
 
 		freeReplyObject(r->reply);
 		r->reply = NULL;
-		if (is_transient(msg))
+		if (reply_is_transient(msg))
 			return false;
 		if (strncmp(msg, "WRONGTYPE", 9) == 0)
 			ereport(ERROR,
@@ -110,26 +91,12 @@ settle(RedisResult *r)
 	return false;
 }
 
-/* Unix epoch to PostgreSQL epoch, in microseconds */
-#define UNIX_TO_PG_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
-
-static const char *const reply_type_names[] = {
-	[REDIS_REPLY_STRING] = "a bulk string",
-	[REDIS_REPLY_ARRAY] = "an array",
-	[REDIS_REPLY_INTEGER] = "an integer",
-	[REDIS_REPLY_NIL] = "a nil",
-	[REDIS_REPLY_STATUS] = "a status reply",
-	[REDIS_REPLY_ERROR] = "an error reply",
-};
-
-static const char *
-reply_type_name(const redisReply *rep)
-{
-	if (rep->type >= 0 && rep->type < lengthof(reply_type_names) &&
-		reply_type_names[rep->type] != NULL)
-		return reply_type_names[rep->type];
-	return "an unknown type";
-}
+/* reply_check.c cannot include PostgreSQL's headers: keep its copy right. */
+StaticAssertDecl(REPLY_PG_MIN_TIMESTAMP == MIN_TIMESTAMP, "reply_check.h: MIN_TIMESTAMP");
+StaticAssertDecl(REPLY_PG_END_TIMESTAMP == END_TIMESTAMP, "reply_check.h: END_TIMESTAMP");
+StaticAssertDecl(REPLY_PG_EPOCH_UNIX_US ==
+				 (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY,
+				 "reply_check.h: the PostgreSQL epoch");
 
 /*
  * Refuse the reply in r: free it, drop the connection that carried it (the
@@ -158,206 +125,41 @@ refuse_reply(RedisResult *r, const char *fmt,...)
 	return false;
 }
 
-/* The fields of an outcome reply, in order; stable_us only in sliding_log attempts. */
-enum
-{
-	F_ALLOWED, F_REMAINING, F_RETRY, F_RESET, F_USED, F_RECORDED, F_STABLE,
-	N_FIELDS
-};
-
-static const char *const field_names[N_FIELDS] = {
-	"allowed", "remaining", "retry_after", "reset_at", "used", "recorded", "stable_us"
-};
-
-/* Checking one reply: the first rule it breaks is the one reported. */
-typedef struct ReplyCheck
-{
-	RedisResult *r;
-	const char *algorithm;
-	const char *call;			/* "attempt" or "peek" */
-	const int64 *v;
-	bool		ok;
-} ReplyCheck;
-
-static void
-expect(ReplyCheck *ck, bool holds, int field, const char *rule,...) pg_attribute_printf(4, 5);
-
-static void
-expect(ReplyCheck *ck, bool holds, int field, const char *rule,...)
-{
-	va_list		ap;
-	char		why[160];
-
-	if (holds || !ck->ok)
-		return;
-	va_start(ap, rule);
-	vsnprintf(why, sizeof(why), rule, ap);
-	va_end(ap);
-	ck->ok = refuse_reply(ck->r,
-						  "Field \"%s\" of the %s %s reply is " INT64_FORMAT ", but %s.",
-						  field_names[field], ck->algorithm, ck->call,
-						  ck->v[field], why);
-}
-
-/* A time, in Unix microseconds, that rl_result can hold. */
-static bool
-valid_time(int64 us)
-{
-	return us >= MIN_TIMESTAMP + UNIX_TO_PG_US && us - UNIX_TO_PG_US < END_TIMESTAMP;
-}
-
-/*
- * Whether v is a reply the script for args could have given. The rules come
- * from the scripts in scripts.c, and only rules that hold there exactly are
- * checked: a legitimate reply refused here would turn into the failure
- * policy, and under "allow" into an admission. Where a script computes in
- * doubles (sliding_counter, token_bucket) only the bounds it clamps to are
- * used.
- */
-static bool
-check_outcome(ReplyCheck *ck, const RlArgs *args, bool peek)
-{
-	const int64 *v = ck->v;
-	RlAlgorithm algo = args->algorithm;
-	bool		allowed = (v[F_ALLOWED] == 1);
-	bool		written = !peek && (allowed || args->force);
-	int64		cost = peek ? 1 : args->cost;
-	int64		lim = args->lim;	/* multi: the smallest limit */
-	int64		maxlim = args->lim;
-	bool		exact = (algo == ALGO_SLIDING_LOG || algo == ALGO_FIXED_WINDOW);
-	bool		logs = (algo == ALGO_SLIDING_LOG || algo == ALGO_MULTI_LOG);
-	int64		clock_floor;
-
-	if (algo == ALGO_MULTI_LOG)
-		for (int i = 0; i < args->nwin; i++)
-			maxlim = Max(maxlim, args->lims[i]);
-	/* a recorded entry is at "now" or later; Redis TIME is positive */
-	if (!limit_test_clock(&clock_floor))
-		clock_floor = 1;
-
-	expect(ck, v[F_ALLOWED] == 0 || v[F_ALLOWED] == 1, F_ALLOWED, "it must be 0 or 1");
-
-	expect(ck, v[F_REMAINING] >= 0 && v[F_REMAINING] <= lim, F_REMAINING,
-		   "it must be between 0 and " INT64_FORMAT, lim);
-	if (!allowed && written)
-		expect(ck, v[F_REMAINING] == 0, F_REMAINING,
-			   "it must be 0 for a call recorded over the limit");
-	if (peek && allowed && algo != ALGO_SLIDING_COUNTER && algo != ALGO_TOKEN_BUCKET)
-		expect(ck, v[F_REMAINING] >= 1, F_REMAINING,
-			   "it must be at least 1 when a call would be admitted");
-
-	if (allowed)
-		expect(ck, v[F_RETRY] == 0, F_RETRY, "it must be 0 when the call is admitted");
-	else
-		expect(ck, v[F_RETRY] >= 1, F_RETRY, "it must be positive when the call is denied");
-	if (!allowed && algo == ALGO_FIXED_WINDOW)
-		expect(ck, v[F_RETRY] <= args->win_us, F_RETRY,
-			   "it must be at most the window, " INT64_FORMAT, args->win_us);
-	if (!allowed && algo == ALGO_SLIDING_COUNTER)
-		expect(ck, v[F_RETRY] <= 2 * args->win_us, F_RETRY,
-			   "it must be at most two windows, " INT64_FORMAT, 2 * args->win_us);
-
-	expect(ck, v[F_USED] >= 0, F_USED, "it must not be negative");
-	if (allowed && algo != ALGO_TOKEN_BUCKET)
-		expect(ck, v[F_USED] <= maxlim, F_USED,
-			   "it must be at most " INT64_FORMAT " when the call is admitted", maxlim);
-	if (written)
-		expect(ck, v[F_USED] >= cost, F_USED,
-			   "it must include the " INT64_FORMAT " units recorded", cost);
-	if (exact)
-	{
-		/* the units before this call, and the decision they lead to */
-		int64		before = written ? v[F_USED] - cost : v[F_USED];
-
-		expect(ck, v[F_REMAINING] == Max(lim - v[F_USED], 0), F_REMAINING,
-			   "with " INT64_FORMAT " units used it must be " INT64_FORMAT,
-			   v[F_USED], Max(lim - v[F_USED], 0));
-		if (allowed)
-			expect(ck, before <= lim - cost, F_USED,
-				   "then a call of " INT64_FORMAT " units does not fit in the limit of " INT64_FORMAT " and is denied",
-				   cost, lim);
-		else
-			expect(ck, before > lim - cost, F_USED,
-				   "then a call of " INT64_FORMAT " units fits in the limit of " INT64_FORMAT " and is admitted",
-				   cost, lim);
-	}
-
-	expect(ck, valid_time(v[F_RESET]), F_RESET, "it is not a valid time");
-
-	if (logs && written)
-	{
-		expect(ck, v[F_RECORDED] >= clock_floor && valid_time(v[F_RECORDED]),
-			   F_RECORDED, "it must be the time of the entry recorded, at least " INT64_FORMAT,
-			   clock_floor);
-		/* both are valid times, so the sum cannot overflow */
-		if (ck->ok)
-			expect(ck, v[F_RESET] == v[F_RECORDED] + args->win_us, F_RESET,
-				   "it must be the recorded time plus the window, " INT64_FORMAT,
-				   v[F_RECORDED] + args->win_us);
-	}
-	else
-		expect(ck, v[F_RECORDED] == -1, F_RECORDED,
-			   "it must be -1 when nothing was recorded");
-
-	if (algo == ALGO_SLIDING_LOG && !peek)
-	{
-		if (written)
-			expect(ck, v[F_STABLE] == 0, F_STABLE,
-				   "it must be 0 when the call was recorded");
-		else
-			expect(ck, v[F_STABLE] >= 1 && v[F_STABLE] <= v[F_RETRY], F_STABLE,
-				   "it must be between 1 and retry_after, " INT64_FORMAT, v[F_RETRY]);
-	}
-	return ck->ok;
-}
-
 /*
  * Turn the reply in r into *o, or refuse it (false, RS_FAIL_PROTOCOL) if it
- * is not one the script for args could have given. Frees the reply.
+ * is not one the script for args could have given (reply_check.c). Frees the
+ * reply.
  */
 static bool
 read_outcome(RedisResult *r, const RlArgs *args, bool peek, RlOutcome *o)
 {
-	redisReply *rep = r->reply;
-	int64		v[N_FIELDS];
-	size_t		n = (args->algorithm == ALGO_SLIDING_LOG && !peek) ? 7 : 6;
-	ReplyCheck	ck;
+	int64		v[RF_COUNT];
+	char		why[sizeof(r->message)];
+	ReplyCall	call;
 
-	ck.r = r;
-	ck.algorithm = limit_algorithm_name(args->algorithm);
-	ck.call = peek ? "peek" : "attempt";
-	ck.v = v;
-	ck.ok = true;
+	call.algorithm = args->algorithm;
+	call.algorithm_name = limit_algorithm_name(args->algorithm);
+	call.peek = peek;
+	call.lim = args->lim;
+	call.win_us = args->win_us;
+	call.cost = args->cost;
+	call.force = args->force;
+	call.nwin = args->nwin;
+	call.lims = args->lims;
+	call.clock_set = limit_test_clock(&call.clock_us);
 
-	if (rep->type != REDIS_REPLY_ARRAY)
-		return refuse_reply(r, "The %s %s reply is %s, not an array of %zu integers.",
-							ck.algorithm, ck.call, reply_type_name(rep), n);
-	if (rep->elements != n)
-		return refuse_reply(r, "The %s %s reply has %zu elements, not %zu.",
-							ck.algorithm, ck.call, rep->elements, n);
-	for (size_t i = 0; i < n; i++)
-	{
-		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
-			return refuse_reply(r, "Field \"%s\" of the %s %s reply is %s, not an integer.",
-								field_names[i], ck.algorithm, ck.call,
-								reply_type_name(rep->element[i]));
-		v[i] = rep->element[i]->integer;
-	}
-	if (n == 6)
-		v[F_STABLE] = 0;
-	freeReplyObject(rep);
+	if (!reply_check_outcome(r->reply, &call, v, why, sizeof(why)))
+		return refuse_reply(r, "%s", why);
+	freeReplyObject(r->reply);
 	r->reply = NULL;
 
-	if (!check_outcome(&ck, args, peek))
-		return false;
-
-	o->allowed = (v[F_ALLOWED] == 1);
-	o->remaining = v[F_REMAINING];
-	o->retry_us = v[F_RETRY];
-	o->reset_at_us = v[F_RESET];
-	o->used = v[F_USED];
-	o->recorded_ts = v[F_RECORDED];
-	o->stable_us = v[F_STABLE];
+	o->allowed = (v[RF_ALLOWED] == 1);
+	o->remaining = v[RF_REMAINING];
+	o->retry_us = v[RF_RETRY];
+	o->reset_at_us = v[RF_RESET];
+	o->used = v[RF_USED];
+	o->recorded_ts = v[RF_RECORDED];
+	o->stable_us = v[RF_STABLE];
 	o->shadowed = false;
 	o->store = "redis";
 	o->known = true;
@@ -534,6 +336,7 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 	StringInfoData keys[ALGO_COUNT + 2];
 	const char *argv[ALGO_COUNT + 3];
 	size_t		lens[ALGO_COUNT + 3];
+	char		why[sizeof(r->message)];
 	int			n = 0;
 
 	for (int i = 0; i < ALGO_COUNT; i++)
@@ -552,13 +355,8 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 		pfree(keys[i].data);
 	if (!settle(r))
 		return false;
-	/* DEL answers how many of the keys it removed */
-	if (r->reply->type != REDIS_REPLY_INTEGER)
-		return refuse_reply(r, "The reply to DEL is %s, not an integer.",
-							reply_type_name(r->reply));
-	if (r->reply->integer < 0 || r->reply->integer > ALGO_COUNT)
-		return refuse_reply(r, "The reply to DEL is %lld, but it must be between 0 and %d.",
-							r->reply->integer, ALGO_COUNT);
+	if (!reply_check_del(r->reply, n, why, sizeof(why)))
+		return refuse_reply(r, "%s", why);
 	freeReplyObject(r->reply);
 	r->reply = NULL;
 	return true;
@@ -617,32 +415,14 @@ redis_store_refund_append(const char *rkey, int rkeylen, const char *lkey, int l
 RefundVerdict
 redis_store_refund_verdict(const redisReply *reply)
 {
-	/* the refund script answers 1 (given back) or 0 (nothing to give back) */
-	if (reply->type == REDIS_REPLY_INTEGER &&
-		(reply->integer == 0 || reply->integer == 1))
-		return reply->integer == 1 ? REFUND_GIVEN : REFUND_NOTHING;
-	if (reply->type == REDIS_REPLY_ERROR)
-	{
-		if (strncmp(reply->str, "NOSCRIPT", 8) == 0)
-			return REFUND_NOSCRIPT;
-		if (is_transient(reply->str))
-			return REFUND_RETRY;
-	}
-	return REFUND_FAILED;
+	return reply_refund_verdict(reply);
 }
 
 /* Why a refund reply was refused, for the warning; never allocates. */
 void
 redis_store_refund_describe(const redisReply *reply, char *buf, size_t size)
 {
-	if (reply->type == REDIS_REPLY_ERROR)
-		snprintf(buf, size, "%s", reply->str);
-	else if (reply->type == REDIS_REPLY_INTEGER)
-		snprintf(buf, size, "The refund reply is %lld, but it must be 0 or 1.",
-				 reply->integer);
-	else
-		snprintf(buf, size, "The refund reply is %s, not an integer.",
-				 reply_type_name(reply));
+	reply_refund_describe(reply, buf, size);
 }
 
 /* The Redis keys of a user key's log and ledger, in the caller's context. */

@@ -7,6 +7,7 @@
 
 #include "limit.h"
 #include "redis_conn.h"
+#include "reply_check.h"
 
 extern char *slidewin_key_prefix;
 
@@ -25,18 +26,9 @@ extern bool redis_store_reset(const RlArgs *args, RedisResult *failure);
  * redis_store_refund_clock writes the clock argument (empty: Redis TIME);
  * false when the test clock is on but not parsed yet.
  * redis_store_refund_append queues the refund of one entry on the open
- * connection's pipeline (false: no usable connection).
+ * connection's pipeline (false: no usable connection). The verdict on its
+ * reply (RefundVerdict) is reply_check.c's.
  */
-typedef enum RefundVerdict
-{
-	REFUND_GIVEN,				/* units given back */
-	REFUND_NOTHING,				/* nothing left to give back (expired, gone,
-								 * or given back already) */
-	REFUND_NOSCRIPT,			/* send again with EVAL */
-	REFUND_RETRY,				/* Redis is busy or degraded: try later */
-	REFUND_FAILED				/* any other reply: give up */
-} RefundVerdict;
-
 extern bool redis_store_refund_clock(char *buf, size_t size);
 extern bool redis_store_refund_append(const char *rkey, int rkeylen,
 									  const char *lkey, int lkeylen,

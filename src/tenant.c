@@ -31,15 +31,15 @@
  * always had.
  *
  * This file knows nothing of triggers, keys or Redis. tenant_kind() and
- * tenant_trim_padding() are pure and need no server; the rest needs one for
- * the catalog, the output functions and the GUC machinery.
+ * tenant_trim_padding() are pure and live in tenant_kind.c, which needs no
+ * server; the rest needs one for the catalog, the output functions and the
+ * GUC machinery.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 
@@ -64,43 +64,6 @@ static const struct
 	{"search_path", "pg_catalog"},
 };
 
-TenantKind
-tenant_kind(Oid outfunc, PGFunction addr)
-{
-	switch (outfunc)
-	{
-		case F_TEXTOUT:
-		case F_VARCHAROUT:
-		case F_NAMEOUT:
-		case F_BOOLOUT:
-		case F_INT2OUT:
-		case F_INT4OUT:
-		case F_INT8OUT:
-		case F_OIDOUT:
-		case F_NUMERIC_OUT:
-		case F_UUID_OUT:
-		case F_CHAROUT:
-		case F_ENUM_OUT:
-			return TENANT_PLAIN;
-		case F_BPCHAROUT:
-			return TENANT_PADDED;
-		default:
-			/* an extension's type declared with the internal textout */
-			return addr == textout ? TENANT_PLAIN : TENANT_SETTINGS;
-	}
-}
-
-char *
-tenant_trim_padding(char *s)
-{
-	size_t		len = strlen(s);
-
-	while (len > 0 && s[len - 1] == ' ')
-		len--;
-	s[len] = '\0';
-	return s;
-}
-
 void
 tenant_format_init(TenantFormat *fmt, Oid typid)
 {
@@ -109,7 +72,7 @@ tenant_format_init(TenantFormat *fmt, Oid typid)
 
 	getTypeOutputInfo(typid, &outfunc, &varlena);
 	fmgr_info(outfunc, &fmt->out);
-	fmt->kind = tenant_kind(outfunc, fmt->out.fn_addr);
+	fmt->kind = tenant_kind(outfunc, fmt->out.fn_addr == textout);
 }
 
 int

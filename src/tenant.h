@@ -8,24 +8,13 @@
 
 #include "fmgr.h"
 
-typedef enum TenantKind
-{
-	TENANT_PLAIN,				/* output function reads no setting */
-	TENANT_PADDED,				/* char(n): output without trailing spaces */
-	TENANT_SETTINGS				/* output function under fixed settings */
-} TenantKind;
+#include "tenant_kind.h"
 
 typedef struct TenantFormat
 {
 	TenantKind	kind;
 	FmgrInfo	out;
 } TenantFormat;
-
-/* Which form a type takes, from its output function. Pure. */
-extern TenantKind tenant_kind(Oid outfunc, PGFunction addr);
-
-/* Drop the trailing spaces of s in place; returns s. Pure. */
-extern char *tenant_trim_padding(char *s);
 
 /* Look up the output function of typid (a domain is formatted as its base). */
 extern void tenant_format_init(TenantFormat *fmt, Oid typid);

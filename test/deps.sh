@@ -21,6 +21,8 @@ packages=(
 	redis-sentinel
 	libipc-run-perl
 	build-essential
+	clang-14
+	libclang-rt-14-dev
 	procps
 	util-linux
 )

@@ -8,8 +8,11 @@
 #               pg_isolation_regress against the same server
 #   TAP         test/t/*.pl, run by prove; each script starts its own
 #               servers through test/perl/SlidewinTest.pm
+#   fuzz        test/fuzz/fuzz_*.c, libFuzzer targets built and run briefly
+#               by test/fuzz/run.sh; no server
 #
-# Every regression test, isolation spec and TAP file counts as one test, and so
+# Every regression test, isolation spec, TAP file and fuzz target
+# (test/fuzz/fuzz_*.c, a short run of each) counts as one test, and so
 # does the benchmark smoke run (test/bench/run.sh --smoke).  A
 # test passes only when its runner says so; one that did not run is a
 # failure, and so is a harness step that could not run (a server that does
@@ -24,7 +27,9 @@
 #   SLIDEWIN_TAP_TIMEOUT   seconds for one TAP file (default 600)
 #   SLIDEWIN_KEEP=1        keep the work directory (logs, data) afterwards
 #   SLIDEWIN_ONLY=REGEX    run only the tests whose names match (egrep); the
-#                          benchmark smoke runs only if "bench" matches
+#                          benchmark smoke runs only if "bench" matches, and a
+#                          fuzz target by its name (fuzz_url)
+#   SLIDEWIN_FUZZ_SECONDS  seconds each fuzz target runs (default 6)
 #   PG_TEST_PORT_DIR       port lock directory shared with other runs (default:
 #                          one per run, so parallel runs only have bind checks)
 #
@@ -158,15 +163,17 @@ list_names() {
 mapfile -t regress_tests < <(list_names "$repo/sql" .sql | grep -v '^slidewin--')
 mapfile -t isolation_tests < <(list_names "$repo/test/isolation/specs" .spec)
 mapfile -t tap_tests < <(list_names "$repo/test/t" .pl)
+mapfile -t fuzz_targets < <(list_names "$repo/test/fuzz" .c | grep '^fuzz_')
 if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
 	mapfile -t regress_tests < <(printf '%s\n' "${regress_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	mapfile -t isolation_tests < <(printf '%s\n' "${isolation_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	mapfile -t tap_tests < <(printf '%s\n' "${tap_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
+	mapfile -t fuzz_targets < <(printf '%s\n' "${fuzz_targets[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	echo "SLIDEWIN_ONLY=$SLIDEWIN_ONLY: a partial run"
 fi
 
-echo "found ${#regress_tests[@]} regression tests, ${#isolation_tests[@]} isolation specs, ${#tap_tests[@]} TAP files"
-if ((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_tests[@]} == 0)); then
+echo "found ${#regress_tests[@]} regression tests, ${#isolation_tests[@]} isolation specs, ${#tap_tests[@]} TAP files, ${#fuzz_targets[@]} fuzz targets"
+if ((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_tests[@]} + ${#fuzz_targets[@]} == 0)); then
 	finished=1
 	exit
 fi
@@ -336,6 +343,32 @@ run_tap_suite() {
 }
 
 run_tap_suite "${tap_tests[@]}"
+
+# ---- fuzzers --------------------------------------------------------------------
+# A short run of each libFuzzer target (test/fuzz/run.sh, $SLIDEWIN_FUZZ_SECONDS
+# each, default 6; `make fuzz` runs them longer). Each target counts as one
+# test; a build that fails fails them all. They need no server.
+run_fuzz_targets() {
+	(($# > 0)) || return 0
+	local secs=${SLIDEWIN_FUZZ_SECONDS:-6} t
+	banner "fuzz ($# targets, $secs s each)"
+	if ! bounded "$work/fuzz_build.log" 600 bash "$repo/test/fuzz/run.sh" --build-only; then
+		cat "$work/fuzz_build.log"
+		for t in "$@"; do fail "fuzz: $t (not built)"; done
+		return
+	fi
+	for t in "$@"; do
+		if bounded "$work/$t.log" $((secs + 300)) bash "$repo/test/fuzz/run.sh" --seconds "$secs" "$t"; then
+			grep "^$t:" "$work/$t.log"
+			pass
+		else
+			cat "$work/$t.log"
+			fail "fuzz: $t"
+		fi
+	done
+}
+
+run_fuzz_targets "${fuzz_targets[@]}"
 
 # ---- benchmark smoke ------------------------------------------------------------
 # `make bench` is not part of the tests, but a short run of every workload is,

@@ -1,0 +1,321 @@
+/*-------------------------------------------------------------------------
+ *
+ * reply_check.c
+ *		Whether a reply is one the command that got it could have been given.
+ *
+ * A reply that is not (a proxy, another program on the port, keys edited
+ * by someone else) must never be believed: store_redis.c refuses it, drops
+ * the connection and lets the call's failure policy decide. This file only
+ * tells the two apart, and says why in a sentence for errdetail.
+ *
+ * It must stay pure: hiredis's reply tree and plain values in, no
+ * PostgreSQL header or function, no allocation, no connection. The backend
+ * and the fuzzers run the very same code, on replies that hiredis's reader
+ * parsed from the bytes the server sent.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "reply_check.h"
+
+#define CHECK_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+static const char *const transient_errors[] = {
+	"OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN",
+	"NOREPLICAS", "CLUSTERDOWN", "MISCONF", NULL
+};
+
+bool
+reply_is_transient(const char *msg)
+{
+	for (int i = 0; transient_errors[i]; i++)
+	{
+		size_t		n = strlen(transient_errors[i]);
+
+		if (strncmp(msg, transient_errors[i], n) == 0 &&
+			(msg[n] == ' ' || msg[n] == '\0'))
+			return true;
+	}
+	return false;
+}
+
+static const char *const reply_type_names[] = {
+	[REDIS_REPLY_STRING] = "a bulk string",
+	[REDIS_REPLY_ARRAY] = "an array",
+	[REDIS_REPLY_INTEGER] = "an integer",
+	[REDIS_REPLY_NIL] = "a nil",
+	[REDIS_REPLY_STATUS] = "a status reply",
+	[REDIS_REPLY_ERROR] = "an error reply",
+};
+
+const char *
+reply_type_name(const redisReply *rep)
+{
+	if (rep->type >= 0 &&
+		rep->type < (int) (sizeof(reply_type_names) / sizeof(reply_type_names[0])) &&
+		reply_type_names[rep->type] != NULL)
+		return reply_type_names[rep->type];
+	return "an unknown type";
+}
+
+static bool refuse(char *why, size_t whysize, const char *fmt,...) CHECK_PRINTF(3, 4);
+
+static bool
+refuse(char *why, size_t whysize, const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, whysize, fmt, ap);
+	va_end(ap);
+	return false;
+}
+
+static const char *const field_names[RF_COUNT] = {
+	"allowed", "remaining", "retry_after", "reset_at", "used", "recorded", "stable_us"
+};
+
+/* Checking one reply: the first rule it breaks is the one reported. */
+typedef struct OutcomeCheck
+{
+	const ReplyCall *call;
+	const char *kind;			/* "attempt" or "peek" */
+	const int64_t *v;
+	bool		ok;
+	char	   *why;
+	size_t		whysize;
+} OutcomeCheck;
+
+static void expect(OutcomeCheck *ck, bool holds, int field, const char *rule,...) CHECK_PRINTF(4, 5);
+
+static void
+expect(OutcomeCheck *ck, bool holds, int field, const char *rule,...)
+{
+	va_list		ap;
+	char		rule_text[160];
+
+	if (holds || !ck->ok)
+		return;
+	va_start(ap, rule);
+	vsnprintf(rule_text, sizeof(rule_text), rule, ap);
+	va_end(ap);
+	ck->ok = refuse(ck->why, ck->whysize,
+					"Field \"%s\" of the %s %s reply is %" PRId64 ", but %s.",
+					field_names[field], ck->call->algorithm_name, ck->kind,
+					ck->v[field], rule_text);
+}
+
+static int64_t
+max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+/* A time, in Unix microseconds, that rl_result can hold. */
+static bool
+valid_time(int64_t us)
+{
+	return us >= REPLY_PG_MIN_TIMESTAMP + REPLY_PG_EPOCH_UNIX_US &&
+		us - REPLY_PG_EPOCH_UNIX_US < REPLY_PG_END_TIMESTAMP;
+}
+
+/*
+ * Whether v is a reply the script for the call could have given. The rules
+ * come from the scripts in scripts.c, and only rules that hold there exactly
+ * are checked: a legitimate reply refused here would turn into the failure
+ * policy, and under "allow" into an admission. Where a script computes in
+ * doubles (sliding_counter, token_bucket) only the bounds it clamps to are
+ * used.
+ */
+static bool
+check_fields(OutcomeCheck *ck)
+{
+	const ReplyCall *call = ck->call;
+	const int64_t *v = ck->v;
+	RlAlgorithm algo = call->algorithm;
+	bool		peek = call->peek;
+	bool		allowed = (v[RF_ALLOWED] == 1);
+	bool		written = !peek && (allowed || call->force);
+	int64_t		cost = peek ? 1 : call->cost;
+	int64_t		lim = call->lim;
+	int64_t		maxlim = call->lim;
+	bool		exact = (algo == ALGO_SLIDING_LOG || algo == ALGO_FIXED_WINDOW);
+	bool		logs = (algo == ALGO_SLIDING_LOG || algo == ALGO_MULTI_LOG);
+	/* a recorded entry is at "now" or later; Redis TIME is positive */
+	int64_t		clock_floor = call->clock_set ? call->clock_us : 1;
+
+	if (algo == ALGO_MULTI_LOG)
+		for (int i = 0; i < call->nwin; i++)
+			maxlim = max64(maxlim, call->lims[i]);
+
+	expect(ck, v[RF_ALLOWED] == 0 || v[RF_ALLOWED] == 1, RF_ALLOWED, "it must be 0 or 1");
+
+	expect(ck, v[RF_REMAINING] >= 0 && v[RF_REMAINING] <= lim, RF_REMAINING,
+		   "it must be between 0 and %" PRId64, lim);
+	if (!allowed && written)
+		expect(ck, v[RF_REMAINING] == 0, RF_REMAINING,
+			   "it must be 0 for a call recorded over the limit");
+	if (peek && allowed && algo != ALGO_SLIDING_COUNTER && algo != ALGO_TOKEN_BUCKET)
+		expect(ck, v[RF_REMAINING] >= 1, RF_REMAINING,
+			   "it must be at least 1 when a call would be admitted");
+
+	if (allowed)
+		expect(ck, v[RF_RETRY] == 0, RF_RETRY, "it must be 0 when the call is admitted");
+	else
+		expect(ck, v[RF_RETRY] >= 1, RF_RETRY, "it must be positive when the call is denied");
+	if (!allowed && algo == ALGO_FIXED_WINDOW)
+		expect(ck, v[RF_RETRY] <= call->win_us, RF_RETRY,
+			   "it must be at most the window, %" PRId64, call->win_us);
+	if (!allowed && algo == ALGO_SLIDING_COUNTER)
+		expect(ck, v[RF_RETRY] <= 2 * call->win_us, RF_RETRY,
+			   "it must be at most two windows, %" PRId64, 2 * call->win_us);
+
+	expect(ck, v[RF_USED] >= 0, RF_USED, "it must not be negative");
+	if (allowed && algo != ALGO_TOKEN_BUCKET)
+		expect(ck, v[RF_USED] <= maxlim, RF_USED,
+			   "it must be at most %" PRId64 " when the call is admitted", maxlim);
+	if (written)
+		expect(ck, v[RF_USED] >= cost, RF_USED,
+			   "it must include the %" PRId64 " units recorded", cost);
+	/*
+	 * Only once used is known not to be negative: lim - used must not
+	 * overflow, whatever a hostile reply holds.
+	 */
+	if (exact && ck->ok)
+	{
+		/* the units before this call, and the decision they lead to */
+		int64_t		before = written ? v[RF_USED] - cost : v[RF_USED];
+
+		expect(ck, v[RF_REMAINING] == max64(lim - v[RF_USED], 0), RF_REMAINING,
+			   "with %" PRId64 " units used it must be %" PRId64,
+			   v[RF_USED], max64(lim - v[RF_USED], 0));
+		if (allowed)
+			expect(ck, before <= lim - cost, RF_USED,
+				   "then a call of %" PRId64 " units does not fit in the limit of %" PRId64 " and is denied",
+				   cost, lim);
+		else
+			expect(ck, before > lim - cost, RF_USED,
+				   "then a call of %" PRId64 " units fits in the limit of %" PRId64 " and is admitted",
+				   cost, lim);
+	}
+
+	expect(ck, valid_time(v[RF_RESET]), RF_RESET, "it is not a valid time");
+
+	if (logs && written)
+	{
+		expect(ck, v[RF_RECORDED] >= clock_floor && valid_time(v[RF_RECORDED]),
+			   RF_RECORDED, "it must be the time of the entry recorded, at least %" PRId64,
+			   clock_floor);
+		/*
+		 * A valid time may be as late as int64 goes (valid_time bounds it
+		 * below only), so the sum is checked for overflow: past the top, no
+		 * reset_at can follow.
+		 */
+		if (ck->ok)
+		{
+			int64_t		want;
+
+			if (__builtin_add_overflow(v[RF_RECORDED], call->win_us, &want))
+				expect(ck, false, RF_RECORDED,
+					   "the window after it would end past the last valid time");
+			else
+				expect(ck, v[RF_RESET] == want, RF_RESET,
+					   "it must be the recorded time plus the window, %" PRId64, want);
+		}
+	}
+	else
+		expect(ck, v[RF_RECORDED] == -1, RF_RECORDED,
+			   "it must be -1 when nothing was recorded");
+
+	if (algo == ALGO_SLIDING_LOG && !peek)
+	{
+		if (written)
+			expect(ck, v[RF_STABLE] == 0, RF_STABLE,
+				   "it must be 0 when the call was recorded");
+		else
+			expect(ck, v[RF_STABLE] >= 1 && v[RF_STABLE] <= v[RF_RETRY], RF_STABLE,
+				   "it must be between 1 and retry_after, %" PRId64, v[RF_RETRY]);
+	}
+	return ck->ok;
+}
+
+bool
+reply_check_outcome(const redisReply *rep, const ReplyCall *call,
+					int64_t v[RF_COUNT], char *why, size_t whysize)
+{
+	size_t		n = (call->algorithm == ALGO_SLIDING_LOG && !call->peek) ? 7 : 6;
+	const char *kind = call->peek ? "peek" : "attempt";
+	OutcomeCheck ck;
+
+	if (rep->type != REDIS_REPLY_ARRAY)
+		return refuse(why, whysize, "The %s %s reply is %s, not an array of %zu integers.",
+					  call->algorithm_name, kind, reply_type_name(rep), n);
+	if (rep->elements != n)
+		return refuse(why, whysize, "The %s %s reply has %zu elements, not %zu.",
+					  call->algorithm_name, kind, rep->elements, n);
+	for (size_t i = 0; i < n; i++)
+	{
+		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
+			return refuse(why, whysize, "Field \"%s\" of the %s %s reply is %s, not an integer.",
+						  field_names[i], call->algorithm_name, kind,
+						  reply_type_name(rep->element[i]));
+		v[i] = rep->element[i]->integer;
+	}
+	if (n == 6)
+		v[RF_STABLE] = 0;
+
+	ck.call = call;
+	ck.kind = kind;
+	ck.v = v;
+	ck.ok = true;
+	ck.why = why;
+	ck.whysize = whysize;
+	return check_fields(&ck);
+}
+
+bool
+reply_check_del(const redisReply *rep, int most, char *why, size_t whysize)
+{
+	/* DEL answers how many of the keys it removed */
+	if (rep->type != REDIS_REPLY_INTEGER)
+		return refuse(why, whysize, "The reply to DEL is %s, not an integer.",
+					  reply_type_name(rep));
+	if (rep->integer < 0 || rep->integer > most)
+		return refuse(why, whysize, "The reply to DEL is %lld, but it must be between 0 and %d.",
+					  rep->integer, most);
+	return true;
+}
+
+RefundVerdict
+reply_refund_verdict(const redisReply *reply)
+{
+	/* the refund script answers 1 (given back) or 0 (nothing to give back) */
+	if (reply->type == REDIS_REPLY_INTEGER &&
+		(reply->integer == 0 || reply->integer == 1))
+		return reply->integer == 1 ? REFUND_GIVEN : REFUND_NOTHING;
+	if (reply->type == REDIS_REPLY_ERROR)
+	{
+		if (strncmp(reply->str, "NOSCRIPT", 8) == 0)
+			return REFUND_NOSCRIPT;
+		if (reply_is_transient(reply->str))
+			return REFUND_RETRY;
+	}
+	return REFUND_FAILED;
+}
+
+void
+reply_refund_describe(const redisReply *reply, char *buf, size_t size)
+{
+	if (reply->type == REDIS_REPLY_ERROR)
+		snprintf(buf, size, "%s", reply->str);
+	else if (reply->type == REDIS_REPLY_INTEGER)
+		snprintf(buf, size, "The refund reply is %lld, but it must be 0 or 1.",
+				 reply->integer);
+	else
+		snprintf(buf, size, "The refund reply is %s, not an integer.",
+				 reply_type_name(reply));
+}
