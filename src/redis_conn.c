@@ -953,16 +953,7 @@ ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
 		set_message(result, RS_FAIL_CONNECT, "a sentinel could not say where the master is", cause);
 		return false;
 	}
-	if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0))
-		why = "The sentinel does not know a master by that name.";
-	else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-			 r->element[0]->type != REDIS_REPLY_STRING ||
-			 r->element[1]->type != REDIS_REPLY_STRING)
-		why = "The sentinel's answer is not an address and a port.";
-	ok = why == NULL &&
-		redis_parse_master_addr(r->element[0]->str, r->element[0]->len,
-								r->element[1]->str, r->element[1]->len,
-								master, &why);
+	ok = redis_sentinel_master_reply(r, master, &why);
 	freeReplyObject(r);
 	if (!ok)
 	{

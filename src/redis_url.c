@@ -545,3 +545,23 @@ redis_hello_version(const redisReply *r, int *major, int *minor,
 	}
 	return false;
 }
+
+bool
+redis_sentinel_master_reply(const redisReply *r, RedisHostPort *out, const char **why)
+{
+	if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0))
+	{
+		*why = "The sentinel does not know a master by that name.";
+		return false;
+	}
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+		r->element[0]->type != REDIS_REPLY_STRING ||
+		r->element[1]->type != REDIS_REPLY_STRING)
+	{
+		*why = "The sentinel's answer is not an address and a port.";
+		return false;
+	}
+	return redis_parse_master_addr(r->element[0]->str, r->element[0]->len,
+								   r->element[1]->str, r->element[1]->len,
+								   out, why);
+}

@@ -71,6 +71,15 @@ extern bool redis_parse_master_addr(const char *host, size_t hostlen,
 									RedisHostPort *out, const char **why);
 
 /*
+ * A sentinel's reply to SENTINEL GET-MASTER-ADDR-BY-NAME: an array of the
+ * master's host and port, or nil for a name it does not know. True with the
+ * address in *out; false with a sentence in *why for anything else.
+ */
+struct redisReply;
+extern bool redis_sentinel_master_reply(const struct redisReply *r,
+										RedisHostPort *out, const char **why);
+
+/*
  * "7.0.15" -> 7, 0. False unless the text starts with two dot-separated
  * numbers of at most four digits each.
  */
