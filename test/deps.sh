@@ -20,6 +20,7 @@ packages=(
 	redis-tools
 	redis-sentinel
 	libipc-run-perl
+	libio-socket-ssl-perl
 	build-essential
 	clang-14
 	libclang-rt-14-dev

@@ -233,5 +233,71 @@ cmp_ok($tls_kb, '<', 128,
 cmp_ok($tls_kb, '<=', $plain_kb + 64,
 	"the third 100k calls grew private memory by $tls_kb kB over TLS, $plain_kb kB over plain TCP");
 
+# ---------------------------------------------------------------------
+# Decrypted bytes OpenSSL already holds are read before waiting on the
+# socket. A TLS server (a small fake here) answers HELLO with one reply of
+# about 10 kB (extra fields, which HELLO may carry) in a single TLS record:
+# the backend reads it in 4 kB pieces, so after the first piece the rest is
+# inside OpenSSL and the socket has nothing more to announce. A backend that
+# waited on the socket there would time out on HELLO.
+# ---------------------------------------------------------------------
+require IO::Socket::SSL;
+my $fake = IO::Socket::SSL->new(
+	LocalAddr     => '127.0.0.1', LocalPort => 0, Listen => 4, ReuseAddr => 1,
+	SSL_server    => 1, SSL_cert_file => $srv_crt, SSL_key_file => $srv_key)
+  or die "fake TLS server: $IO::Socket::SSL::SSL_ERROR";
+my $fake_port = $fake->sockport;
+my $now_us = 1893456000000000;    # the test clock below
+my $fake_pid = fork // die "fork: $!";
+if ($fake_pid == 0)
+{
+	my $pad = 'x' x 10000;
+	my $hello = "*16\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" }
+		  qw(server redis version 7.0.15 proto), ) . ":2\r\n"
+	  . join('', map { '$' . length($_) . "\r\n$_\r\n" } qw(id 7 mode standalone role master pad), $pad)
+	  . "\$7\r\nmodules\r\n*0\r\n";
+	my $attempt = sprintf("*7\r\n:1\r\n:99\r\n:0\r\n:%d\r\n:1\r\n:%d\r\n:0\r\n",
+		$now_us + 3600_000_000, $now_us);
+	while (my $c = $fake->accept)
+	{
+		my $buf = '';
+		while (1)
+		{
+			my $n = sysread($c, $buf, 65536, length $buf);
+			last unless $n;
+			while ($buf =~ /\A\*(\d+)\r\n/)
+			{
+				my ($argc, $pos, @argv) = ($1, length($&));
+				my $complete = 1;
+				for (1 .. $argc)
+				{
+					if (substr($buf, $pos) =~ /\A\$(\d+)\r\n/ && length($buf) >= $pos + length($&) + $1 + 2)
+					{
+						push @argv, substr($buf, $pos + length($&), $1);
+						$pos += length($&) + $1 + 2;
+					}
+					else { $complete = 0; last }
+				}
+				last unless $complete;
+				$buf = substr($buf, $pos);
+				my $cmd = uc $argv[0];
+				syswrite($c, $cmd eq 'HELLO' ? $hello : $cmd eq 'EVALSHA' ? $attempt : "+OK\r\n");
+			}
+		}
+		close $c;
+	}
+	exit 0;
+}
+close $fake;
+($out, $err, $dt) = run_sql(qq{SET slidewin.redis_url = 'rediss://localhost:$fake_port';
+	SET slidewin.test_now = '2030-01-01 00:00:00+00';
+	SET slidewin.command_timeout = '1s';
+	SELECT (r).allowed, (r).remaining, (r).store FROM rl_attempt('pending', 100, '1 hour', 1, 'error') r});
+is($out, 't|99|redis', 'a 10 kB HELLO reply in one TLS record is read whole, without waiting on the socket');
+is($err, '', 'no timeout on HELLO');
+cmp_ok($dt, '<', 1, sprintf('at once (%.2f s)', $dt));
+kill 'KILL', $fake_pid;
+waitpid($fake_pid, 0);
+
 unlike(slurp_file($node->logfile), qr/PANIC|terminated by signal/, 'no crash');
 done_testing();
