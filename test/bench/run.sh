@@ -166,6 +166,33 @@ pg_port=$(free_port)
 start_pg "$pg_port" "$work/pg" "$redis_port" >/dev/null || die "could not start PostgreSQL"
 progress "$mode run: PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis_port"
 
+# A second Redis speaking TLS only, with a throwaway CA, for the rediss:// row.
+tls_dir=$work/tls
+tls_port=
+mkdir -p "$tls_dir/redis"
+if openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=slidewin-bench-ca \
+	-keyout "$tls_dir/ca.key" -out "$tls_dir/ca.crt" >/dev/null 2>&1 &&
+	openssl req -newkey rsa:2048 -nodes -subj /CN=localhost \
+		-keyout "$tls_dir/server.key" -out "$tls_dir/server.csr" >/dev/null 2>&1 &&
+	printf 'subjectAltName=DNS:localhost\n' >"$tls_dir/ext" &&
+	openssl x509 -req -days 2 -in "$tls_dir/server.csr" -CA "$tls_dir/ca.crt" \
+		-CAkey "$tls_dir/ca.key" -CAcreateserial -extfile "$tls_dir/ext" \
+		-out "$tls_dir/server.crt" >/dev/null 2>&1; then
+	chmod 644 "$tls_dir"/*.crt "$tls_dir"/*.key
+	tls_port=$(free_port)
+	"${SLIDEWIN_REDIS_SERVER:-redis-server}" --port 0 --tls-port "$tls_port" --bind 127.0.0.1 \
+		--tls-cert-file "$tls_dir/server.crt" --tls-key-file "$tls_dir/server.key" \
+		--tls-ca-cert-file "$tls_dir/ca.crt" --tls-auth-clients no \
+		--daemonize yes --save '' --appendonly no --dir "$tls_dir/redis" \
+		--pidfile "$tls_dir/redis/redis.pid" --logfile "$tls_dir/redis/redis.log" >/dev/null 2>&1 || tls_port=
+	for _ in $(seq 100); do
+		[[ -n $tls_port ]] || break
+		redis-cli --tls --insecure -h 127.0.0.1 -p "$tls_port" ping 2>/dev/null | grep -q PONG && break
+		sleep 0.1
+	done
+fi
+[[ -n $tls_port ]] || progress "no TLS Redis could be started: the rediss:// row is not measured"
+
 sql() {
 	"$PSQL" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres "$@"
 }
@@ -245,6 +272,12 @@ add_row s1 A pgbench '`SELECT 1`' 'SELECT 1;'
 add_row evalsha A evalsha "redis-benchmark \`EVALSHA\` of slidewin's sliding-log script, $(kfmt $many_keys) keys"
 if [[ -n $evalsha_problem ]]; then R_err0[evalsha]=$evalsha_problem; fi
 add_row many A pgbench "\`rl_attempt\`, $(kfmt $many_keys) keys, Redis store (cost = 1)" "$(many_sql k)"
+if [[ -n $tls_port ]]; then
+	add_row tls A pgbench "\`rl_attempt\` over TLS (\`rediss://\`), $(kfmt $many_keys) keys" "$(many_sql t)"
+	R_opts[tls]="-c slidewin.redis_url=rediss://localhost:$tls_port -c slidewin.redis_tls_ca_file=$tls_dir/ca.crt"
+else
+	add_row tls A na "\`rl_attempt\` over TLS (\`rediss://\`), $(kfmt $many_keys) keys"
+fi
 add_row hot0 A pgbench '`rl_attempt`, one hot key, window emptied before each slice' \
 	"SELECT * FROM rl_attempt('hot0', 1000000000, '1 hour');"
 add_row hot1us A pgbench '`rl_attempt`, one hot key, 1 µs window (empty at every call)' \
@@ -756,6 +789,10 @@ for w in many hot; do
 		target "6 ($w, $c cl.)" "Redis down, breaker default, $( [[ $w == many ]] && echo 'many keys' || echo 'hot key'): within 20 % of pure fallback (≥ 0.8 ×)" \
 			"$(ratio "${tps[brk_$w.$c]:-}" "${tps[fb_$w.$c]:-}")" 0.8 x
 	done
+done
+for c in "${clients[@]}"; do
+	target "8 ($c cl.)" 'TLS: `rl_attempt` over `rediss://` ≥ 0.9 × the plain-TCP row, many keys, once connected' \
+		"$(ratio "${tps[tls.$c]:-}" "${tps[many.$c]:-}")" 0.9 x
 done
 mem_growth_kb=
 if [[ -n $mem_ok ]]; then
