@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: start a throwaway Redis and PostgreSQL on loopback, run the
-# scenario in demo.sql and the boundary experiment in demo_boundary.sql
-# against them, and stop both again.
+# scenario in demo.sql, the boundary experiment in demo_boundary.sql and the
+# Sentinel failover scene of demo_failover.sh against them, and stop
+# everything again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -11,6 +12,7 @@ chmod 755 "$work"
 cleanup() {
     stop_pg "$work/pg" >/dev/null 2>&1 || true
     stop_redis "$work/redis" >/dev/null 2>&1 || true
+    reap_under "$work" >/dev/null 2>&1 || true
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -24,3 +26,4 @@ start_pg "$pg_port" "$work/pg" "$redis_port" >/dev/null
 echo "slidewin demo: PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis_port"
 "$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo.sql"
 "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo_boundary.sql"
+bash "$here/demo_failover.sh" "$work" "$pg_port"

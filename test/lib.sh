@@ -123,11 +123,13 @@ _is_redis_pid() {
 	[[ ${stat%% *} != [ZX] ]]
 }
 
-# start_redis PORT DIR: a Redis on 127.0.0.1:PORT with no persistence,
+# start_redis PORT DIR [ARGS...]: a Redis on 127.0.0.1:PORT with no persistence
+# (ARGS go to redis-server, e.g. --replicaof 127.0.0.1 6379),
 # keeping its pid file and log in DIR.  Returns once that server (not some
 # other one already on the port) answers PING, or fails after 10 s.
 start_redis() {
 	local port=$1 dir=$2 i pid='' served=''
+	shift 2
 	mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || return 1
 	local args=(
 		--port "$port" --bind 127.0.0.1
@@ -136,6 +138,7 @@ start_redis() {
 		--dir "$dir" --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
 	)
 	mapfile -t -O "${#args[@]}" args < <(_redis_debug_args)
+	args+=("$@")
 	rm -f "$dir/redis.pid"
 	if ! "$SLIDEWIN_REDIS_SERVER" "${args[@]}"; then
 		echo "start_redis: $SLIDEWIN_REDIS_SERVER did not launch" >&2
