@@ -120,6 +120,21 @@ like($err, qr/ERROR:\s+08001: .*does not know a master by that name/s,
 	SELECT (r).store FROM rl_attempt('s:first', 10, '1 hour', 1, 'fallback') r});
 is($out, 'fallback', 'and a fallback call site gets the fallback');
 
+# A dead sentinel set costs one discovery per retry interval: the breaker
+# covers the whole discovery.
+my $dead2 = SlidewinTest::free_port();
+(undef, $out, $err) = $node->psql('postgres',
+	qq{SET slidewin.redis_url = 'redis-sentinel://127.0.0.1:$dead,127.0.0.1:$dead2/mymaster';
+	SET slidewin.redis_retry_interval = '1h';
+	SELECT * FROM rl_attempt('s:first', 10, '1 hour', 1, 'error');
+	SELECT * FROM rl_attempt('s:first', 10, '1 hour', 1, 'error')},
+	on_error_stop => 0);
+my @errs = $err =~ /(ERROR:.*?)(?=ERROR:|\z)/sg;
+is(scalar(@errs), 2, 'no sentinel answers: both calls fail');
+unlike($errs[0] // '', qr/not retried/, 'the first call asked the sentinels');
+like($errs[1] // '', qr/not retried until slidewin\.redis_retry_interval has passed/,
+	'the second did not: the breaker holds for the whole discovery');
+
 # Malformed sentinel URLs are refused by SET (22023, with what is wrong).
 for my $case (
 	[ 'redis-sentinel:///mymaster',            qr/list of sentinels is empty/ ],
