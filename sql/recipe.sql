@@ -1,4 +1,4 @@
--- The README recipe "Layered API limits": the statements the README shows,
+-- The recipe "Layered API limits" (doc/recipe.md): the statements it shows,
 -- verbatim (only the grantee role is regress_recipe_web instead of web_anon,
 -- and the keys are test keys), then a check of each tier.
 \set SHOW_CONTEXT never

@@ -1,7 +1,7 @@
-# The Redis ACL that README.md prints is enough for everything slidewin does
+# The Redis ACL that doc/installing.md prints is enough for everything slidewin does
 # in Redis, and no more than it needs for keys.
 #
-# The rules are read from README.md at run time, between the markers
+# The rules are read from doc/installing.md at run time, between the markers
 #   <!-- redis-acl:begin --> and <!-- redis-acl:end -->
 # so the README and this test cannot drift apart.  A Redis user is created
 # from exactly those rules, and a node connects as that user under the error
@@ -22,11 +22,11 @@ use SlidewinTest;
 # ---------------------------------------------------------------------
 # The rules, as the README prints them
 # ---------------------------------------------------------------------
-my $readme = slurp_file(SlidewinTest::src_dir() . '/README.md');
+my $readme = slurp_file(SlidewinTest::src_dir() . '/doc/installing.md');
 my ($section) =
   $readme =~ /<!-- redis-acl:begin -->\n(.*?)<!-- redis-acl:end -->/s;
-ok(defined $section, 'README.md has the redis-acl markers')
-  or BAIL_OUT('no ACL section in README.md');
+ok(defined $section, 'doc/installing.md has the redis-acl markers')
+  or BAIL_OUT('no ACL section in doc/installing.md');
 my ($command) = $section =~ /^```[a-z]*\n(.*?)^```/ms;
 ok(defined $command, 'the ACL section holds one code block')
   or BAIL_OUT('no code block between the ACL markers');
