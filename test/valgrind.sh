@@ -10,10 +10,11 @@
 #                            else a temporary directory removed afterwards)
 #   SLIDEWIN_VALGRIND_TIMEOUT  seconds for the suite (default 1800)
 #   SLIDEWIN_KEEP=1          keep the work directory (valgrind's logs)
+#   SLIDEWIN_ONLY=REGEX      run only the regression tests whose names match
 #
 # Each process logs to its own file.  An error whose stack (or whose block's
-# allocation stack) passes through slidewin.so is a finding and fails the
-# run; it is printed in full.  Other errors belong to PostgreSQL or glibc:
+# allocation stack) passes through slidewin is a finding and fails the run;
+# it is printed in full.  Other errors belong to PostgreSQL or glibc:
 # the known ones are suppressed (test/valgrind.supp), and any other is
 # printed and counted, but does not fail the run.  --run-libc-freeres=no:
 # glibc's clean-up at exit frees memory PostgreSQL moved (the environment,
@@ -61,8 +62,11 @@ finish() {
 		printf '  %s\n' "${failures[@]}"
 	fi
 	echo "$passed passed, $failed failed"
-	((failed == 0))
-	exit
+	# an explicit status: a bare exit in a trap keeps the status it ran on
+	if ((failed > 0)); then
+		exit 1
+	fi
+	exit 0
 }
 trap finish EXIT
 trap 'fail "run interrupted"; exit 130' INT TERM
@@ -93,6 +97,7 @@ if ! PG_CONFIG=$(bash "$here/private_build.sh" "$root" | tail -n 1); then
 	exit 1
 fi
 export PG_CONFIG
+root=$(cd "$root" && pwd)
 # shellcheck source-path=SCRIPTDIR
 . "$here/lib.sh"
 
@@ -100,13 +105,17 @@ mapfile -t tests < <(for f in "$repo"/sql/*.sql; do
 	f=${f##*/}
 	[[ $f == slidewin--* ]] || echo "${f%.sql}"
 done | LC_ALL=C sort)
+if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
+	mapfile -t tests < <(printf '%s\n' "${tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
+	echo "SLIDEWIN_ONLY=$SLIDEWIN_ONLY: a partial run"
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/slidewin-valgrind-run.XXXXXX") || exit 1
 chmod 755 "$work"
 vgdir=$work/valgrind
 mkdir -p "$vgdir"
 ((EUID != 0)) || chown "$SLIDEWIN_PG_USER:" "$vgdir"
 
-export SLIDEWIN_SERVER_WRAPPER="valgrind --quiet --trace-children=no --leak-check=no --num-callers=30 --run-libc-freeres=no --suppressions=$here/valgrind.supp --log-file=$vgdir/%p.log"
+export SLIDEWIN_SERVER_WRAPPER="valgrind --quiet --trace-children=no --leak-check=no --num-callers=30 --fullpath-after= --run-libc-freeres=no --suppressions=$here/valgrind.supp --log-file=$vgdir/%p.log"
 echo "servers run under SLIDEWIN_SERVER_WRAPPER=$SLIDEWIN_SERVER_WRAPPER"
 
 if ! redis_port=$(free_port) || ! start_redis "$redis_port" "$work/redis" ||
@@ -147,13 +156,16 @@ fi
 stop_pg "$work/pg" >/dev/null 2>&1
 
 # Split the logs into errors (a block of "==PID== ..." lines ending with an
-# empty one); a block with a slidewin.so frame is a finding.
+# empty one).  A block with a frame in slidewin is a finding: with debug
+# information valgrind names the source file, in full (--fullpath-after=),
+# so a frame in slidewin names a file of the build's src/; without, it names
+# slidewin.so.
 echo
 echo "======== valgrind errors ========"
-findings=$(awk '
+findings=$(awk -v src="$root/build/src/" '
 	function flush() {
 		if (n == 0) return
-		if (block ~ /slidewin\.so/) { print "FINDING " FILENAME; print block; found++ }
+		if (index(block, src) > 0 || block ~ /slidewin\.so/) { print "FINDING " FILENAME; print block; found++ }
 		else { kind[first]++ ; other++ }
 		n = 0; block = ""
 	}
@@ -178,6 +190,6 @@ if ((nlogs == 0)); then
 elif [[ ${nfind:-x} == 0 ]]; then
 	pass
 else
-	fail "valgrind: errors with a slidewin.so frame"
+	fail "valgrind: errors with a frame in slidewin"
 fi
 exit 0
