@@ -1,7 +1,12 @@
 # slidewin: PGXS build plus the project's own targets.
 #
 #   make demo    install what is missing, build, install, run the demo
-#   make test    install what is missing, build, install, run every suite
+#   make test    install what is missing, build, install, run every suite,
+#                the sanitize pass included (test/run_all.sh)
+#   make sanitize  only the sanitize pass: an ASan+UBSan build in a private
+#                installation of its own, and the suites against it
+#   make valgrind  the regression suite under valgrind memcheck (not part
+#                of make test; slow)
 #   make bench   the benchmark (not part of make test)
 #   make fuzz    build the libFuzzer targets (test/fuzz) and run each for
 #                FUZZ_SECONDS (default 60); make test runs them briefly
@@ -43,7 +48,7 @@ ifneq ($(PGXS),)
 $(OBJS): $(wildcard src/*.h)
 endif
 
-.PHONY: deps demo test bench fuzz
+.PHONY: deps demo test bench fuzz sanitize valgrind
 
 FUZZ_SECONDS ?= 60
 
@@ -62,6 +67,12 @@ test: deps
 	$(MAKE) all
 	$(MAKE) install
 	@bash test/run_all.sh
+
+sanitize: deps
+	@bash test/sanitize.sh
+
+valgrind: deps
+	@bash test/valgrind.sh
 
 bench: deps
 	$(MAKE) all

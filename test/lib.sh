@@ -86,19 +86,36 @@ _port_in_use() {
 	return 1
 }
 
-# free_port: print a TCP port in 20000-60000 that nothing uses on loopback.
+# port_range: print "LO HI", the ports free_port draws from: 20000-60000,
+# or SLIDEWIN_PORT_RANGE=LO-HI when set (so that runs side by side, or a
+# machine with a firewall or other services, can each keep to their own
+# ports).  Fails with a message on a malformed range.
+port_range() {
+	local r=${SLIDEWIN_PORT_RANGE:-20000-60000}
+	if [[ $r =~ ^([0-9]{1,5})-([0-9]{1,5})$ ]] &&
+		((BASH_REMATCH[1] >= 1024 && BASH_REMATCH[1] <= BASH_REMATCH[2] && BASH_REMATCH[2] <= 65535)); then
+		echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+		return 0
+	fi
+	echo "SLIDEWIN_PORT_RANGE=$r: expected LO-HI with 1024 <= LO <= HI <= 65535" >&2
+	return 1
+}
+
+# free_port: print a TCP port in port_range that nothing uses on loopback.
 # The port is not reserved: start the server on it before asking for the
 # next one, or the same port may come back.
 free_port() {
-	local i p
+	local i p lo hi
+	read -r lo hi < <(port_range) || return 1
+	[[ -n $hi ]] || return 1
 	for ((i = 0; i < 200; i++)); do
-		p=$(((RANDOM * 32768 + RANDOM) % 40001 + 20000))
+		p=$(((RANDOM * 32768 + RANDOM) % (hi - lo + 1) + lo))
 		if ! _port_in_use "$p"; then
 			echo "$p"
 			return 0
 		fi
 	done
-	echo "free_port: no free port found after 200 tries" >&2
+	echo "free_port: no free port in $lo-$hi found after 200 tries" >&2
 	return 1
 }
 

@@ -12,19 +12,42 @@
 #               by test/fuzz/run.sh; no server
 #
 # Every regression test, isolation spec, TAP file and fuzz target
-# (test/fuzz/fuzz_*.c, a short run of each) counts as one test, and so
-# does the benchmark smoke run (test/bench/run.sh --smoke).  A
+# (test/fuzz/fuzz_*.c, a short run of each) counts as one test, and so do
+# the log scan and the benchmark smoke run (test/bench/run.sh --smoke).  A
 # test passes only when its runner says so; one that did not run is a
 # failure, and so is a harness step that could not run (a server that does
-# not start).  The last line of output is always `N passed, M failed`; the
+# not start).
+#
+# Log scan: once the suites are over, the shared server's log and every TAP
+# node's log (tmp_check/log/*.log) are searched for sanitizer reports
+# (AddressSanitizer, UndefinedBehaviorSanitizer, "runtime error:") and
+# crashes ("terminated by signal", "PANIC:").  Each log with such a line is
+# one failure, and its lines (a sanitizer report in full) are printed; a clean
+# scan is one pass.  A TAP script that crashes a process on purpose declares
+# each expected line with SlidewinTest::allow_log_line (a file LOG.allow next
+# to the node's log, one fixed string per expected line, each used once);
+# sanitizer reports cannot be allowed.
+#
+# Sanitize pass: after everything else, test/sanitize.sh builds slidewin with
+# AddressSanitizer and UndefinedBehaviorSanitizer into a private installation
+# of its own and runs this script again against it (without the benchmark);
+# its tests are added to the counts, with failures named "sanitize: ...".
+# It runs unless SLIDEWIN_SANITIZE=0, or SLIDEWIN_ONLY is set and
+# SLIDEWIN_SANITIZE=1 is not; `make sanitize` runs it alone.  The last line of output is always `N passed, M failed`; the
 # exit status is non-zero when M > 0, and a run that finds no tests at all
 # reports `0 passed, 1 failed`.
 #
 # Knobs (environment):
 #   PG_CONFIG              pg_config of the server to test (default: 15)
 #   SLIDEWIN_TAP_JOBS      TAP files run at once (default: CPUs, at most 4)
-#   SLIDEWIN_SUITE_TIMEOUT seconds for pg_regress or isolation (default 900)
-#   SLIDEWIN_TAP_TIMEOUT   seconds for one TAP file (default 600)
+#   SLIDEWIN_SUITE_TIMEOUT seconds for pg_regress or isolation (default 240)
+#   SLIDEWIN_TAP_TIMEOUT   seconds for one TAP file (default 240)
+#   PGISOLATIONTIMEOUT     seconds isolationtester lets one step wait before
+#                          it cancels it (default here 60; its own is 300)
+#                          A run that hits a limit fails and says TIMED OUT.
+#   SLIDEWIN_SANITIZE      1: run the sanitize pass, 0: skip it (see above)
+#   SLIDEWIN_PORT_RANGE    LO-HI: ports for the servers started here and for
+#                          the TAP scripts' Redis servers (see test/lib.sh)
 #   SLIDEWIN_KEEP=1        keep the work directory (logs, data) afterwards
 #   SLIDEWIN_ONLY=REGEX    run only the tests whose names match (egrep); the
 #                          benchmark smoke runs only if "bench" matches, and a
@@ -40,6 +63,8 @@
 #   PERL5LIB               PostgreSQL's TAP modules, then test/perl
 #   PATH                   the server's bin directory first
 #   TESTDIR, PG_REGRESS, PG_TEST_PORT_DIR   what PostgreSQL::Test::Cluster needs
+#   SLIDEWIN_SERVER_WRAPPER, SLIDEWIN_SERVER_MUST_MAP, ASAN_OPTIONS,
+#   UBSAN_OPTIONS, SLIDEWIN_PORT_RANGE   passed through as they are
 #   SLIDEWIN_REDIS_PORT, SLIDEWIN_PGHOST, SLIDEWIN_PGPORT
 #                          the shared servers, when they started (PGHOST and
 #                          PGPORT are passed too, but PostgreSQL::Test::Utils
@@ -51,8 +76,14 @@ repo=$(cd "$here/.." && pwd)
 # shellcheck source-path=SCRIPTDIR
 . "$here/lib.sh"
 
-suite_timeout=${SLIDEWIN_SUITE_TIMEOUT:-900}
-tap_timeout=${SLIDEWIN_TAP_TIMEOUT:-600}
+# A normal run needs about 15 s for each pg_regress-style suite and 15 s for
+# the slowest TAP file, the sanitize pass about twice that: a hang fails
+# within four minutes, with a generous margin for a slow machine.
+suite_timeout=${SLIDEWIN_SUITE_TIMEOUT:-240}
+tap_timeout=${SLIDEWIN_TAP_TIMEOUT:-240}
+export PGISOLATIONTIMEOUT=${PGISOLATIONTIMEOUT:-60}
+sanitize_timeout=${SLIDEWIN_SANITIZE_TIMEOUT:-1800}
+run_label=${SLIDEWIN_PASS:-} # set by test/sanitize.sh for its inner run
 tap_jobs=${SLIDEWIN_TAP_JOBS:-$(nproc 2>/dev/null || echo 1)}
 if [[ -z ${SLIDEWIN_TAP_JOBS:-} ]] && ((tap_jobs > 4)); then
 	tap_jobs=4
@@ -173,6 +204,11 @@ if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
 fi
 
 echo "found ${#regress_tests[@]} regression tests, ${#isolation_tests[@]} isolation specs, ${#tap_tests[@]} TAP files, ${#fuzz_targets[@]} fuzz targets"
+echo "time limits: ${suite_timeout} s for each pg_regress-style suite (SLIDEWIN_SUITE_TIMEOUT)," \
+	"${PGISOLATIONTIMEOUT} s for one isolation step (PGISOLATIONTIMEOUT), ${tap_timeout} s for each TAP file (SLIDEWIN_TAP_TIMEOUT)"
+if [[ -n ${SLIDEWIN_SERVER_WRAPPER:-} ]]; then
+	echo "servers run under SLIDEWIN_SERVER_WRAPPER=$SLIDEWIN_SERVER_WRAPPER"
+fi
 if ((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_tests[@]} + ${#fuzz_targets[@]} == 0)); then
 	finished=1
 	exit
@@ -207,6 +243,21 @@ server_ok=
 redis_port=$(free_port) && start_redis "$redis_port" "$work/redis" &&
 	pg_port=$(free_port) && start_pg "$pg_port" "$work/pg" "$redis_port" &&
 	server_ok=1
+# server_maps DATADIR: the postmaster of DATADIR maps $SLIDEWIN_SERVER_MUST_MAP
+# (when set), so the wrapper really reached it.
+server_maps() {
+	local want=${SLIDEWIN_SERVER_MUST_MAP:-} pid
+	[[ -n $want ]] || return 0
+	pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null)
+	if [[ $pid =~ ^[0-9]+$ ]] && grep -qF -- "$want" "/proc/$pid/maps" 2>/dev/null; then
+		return 0
+	fi
+	echo "the server in $1 does not map $want: SLIDEWIN_SERVER_WRAPPER did not reach it" >&2
+	return 1
+}
+if [[ -n $server_ok ]] && ! server_maps "$work/pg/data"; then
+	server_ok=
+fi
 if [[ -n $server_ok ]]; then
 	export SLIDEWIN_REDIS_PORT=$redis_port PGHOST=127.0.0.1 PGPORT=$pg_port
 	echo "redis on 127.0.0.1:$redis_port, postgres on 127.0.0.1:$pg_port (work dir $work)"
@@ -236,7 +287,7 @@ run_pgxs_suite() {
 	rc=$?
 	cat "$log"
 	if ((rc == 124 || rc == 137)); then
-		echo "$title: TIMED OUT after $suite_timeout s"
+		echo "$title: TIMED OUT after $suite_timeout s (SLIDEWIN_SUITE_TIMEOUT): a hang, or a very slow machine"
 	fi
 	for t in "$@"; do
 		# PostgreSQL 15: "test NAME ... ok"; 16 and later: "ok N - NAME".
@@ -330,7 +381,7 @@ run_tap_suite() {
 			continue
 		fi
 		if ((rc == 124 || rc == 137)); then
-			echo "$t: TIMED OUT after $tap_timeout s"
+			echo "$t: TIMED OUT after $tap_timeout s (SLIDEWIN_TAP_TIMEOUT): a hang, or a very slow machine"
 		fi
 		fail "TAP: $t"
 		banner "TAP $t: last $tap_log_lines lines of its log"
@@ -370,11 +421,119 @@ run_fuzz_targets() {
 
 run_fuzz_targets "${fuzz_targets[@]}"
 
+# ---- server logs ----------------------------------------------------------------
+# A crash or a sanitizer report must fail the run even when no test output
+# changed (a backend that aborts after answering, a report at exit).  The
+# shared servers stop first, so that what they log on the way out is seen.
+
+# scan_log LOG: print the lines of LOG that report a sanitizer finding or a
+# crash, a sanitizer report with the lines that follow it (its stack), except
+# crash lines that LOG.allow declares; exit status 1 if any was printed.
+scan_log() {
+	local log=$1
+	awk -v allowfile="$log.allow" -v name="${log#"$work"/}" '
+		BEGIN {
+			while ((getline line < allowfile) > 0)
+				if (line != "") { n++; allow[n] = line; left[n] = 1 }
+		}
+		ctx > 0 {
+			if (shown < 400) { print "    | " $0; shown++ }
+			ctx--
+			if ($0 ~ /^SUMMARY: |^==[0-9]+==ABORTING/) ctx = 0
+			next
+		}
+		/AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:|terminated by signal|PANIC:  / {
+			sanitizer = ($0 ~ /Sanitizer|runtime error:/)
+			if (!sanitizer)
+				for (i = 1; i <= n; i++)
+					if (left[i] && index($0, allow[i]) > 0) { left[i] = 0; next }
+			hits++
+			if (shown < 400) { print "  " name ":" FNR ": " $0; shown++ }
+			if (sanitizer) ctx = 80
+		}
+		END {
+			for (i = 1; i <= n; i++)
+				if (left[i])
+					print "  note: " name ".allow: no line with \"" allow[i] "\"" > "/dev/stderr"
+			if (shown >= 400) print "  ... (more not shown)"
+			exit hits > 0
+		}' "$log"
+}
+
+scan_logs() {
+	local -a logs=()
+	local log bad=0
+	[[ -f $work/pg/postgres.log ]] && logs+=("$work/pg/postgres.log")
+	for log in "$work"/tap/tmp_check/log/*.log; do
+		[[ -f $log ]] && logs+=("$log")
+	done
+	((${#logs[@]} > 0)) || return 0
+	banner "log scan (${#logs[@]} server logs)"
+	for log in "${logs[@]}"; do
+		if ! scan_log "$log"; then
+			fail "log scan: ${log#"$work"/}"
+			bad=1
+		fi
+	done
+	if ((bad == 0)); then
+		echo "no sanitizer report, signal or PANIC in ${#logs[@]} logs"
+		pass
+	fi
+}
+
+if [[ -n $server_ok ]]; then
+	stop_pg "$work/pg" >/dev/null 2>&1
+fi
+scan_logs
+
+# ---- sanitize pass --------------------------------------------------------------
+# test/sanitize.sh prints a whole run of this script; its counts join ours.
+run_sanitize_pass() {
+	local out=$work/sanitize.out pid rc summary
+	banner "sanitize pass (test/sanitize.sh)"
+	timeout -k 15 "$sanitize_timeout" bash "$here/sanitize.sh" >"$out" 2>&1 </dev/null &
+	pid=$!
+	running[$pid]="sanitize pass"
+	wait "$pid"
+	rc=$?
+	unset "running[$pid]"
+	cat "$out"
+	if ((rc == 124 || rc == 137)); then
+		echo "sanitize pass: TIMED OUT after $sanitize_timeout s (SLIDEWIN_SANITIZE_TIMEOUT)"
+	fi
+	summary=$(tail -n 1 "$out")
+	if [[ $summary =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+		passed=$((passed + BASH_REMATCH[1]))
+		failed=$((failed + BASH_REMATCH[2]))
+		mapfile -t -O "${#failures[@]}" failures < <(
+			sed -n '/^failed:$/,$p' "$out" | sed -n 's/^  \(.*\)/sanitize: \1/p')
+		if ((rc != 0 && BASH_REMATCH[2] == 0)); then
+			fail "sanitize pass (status $rc)"
+		fi
+	else
+		fail "sanitize pass (no summary line, status $rc)"
+	fi
+}
+
+if [[ -z $run_label ]]; then
+	case ${SLIDEWIN_SANITIZE:-} in
+	1) run_sanitize_pass ;;
+	0) echo "sanitize pass skipped (SLIDEWIN_SANITIZE=0)" ;;
+	*)
+		if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
+			echo "sanitize pass skipped: a partial run (SLIDEWIN_SANITIZE=1 runs it)"
+		else
+			run_sanitize_pass
+		fi
+		;;
+	esac
+fi
+
 # ---- benchmark smoke ------------------------------------------------------------
 # `make bench` is not part of the tests, but a short run of every workload is,
 # so that the benchmark cannot rot. It checks that each workload runs, not the
 # performance targets.
-if [[ -n ${SLIDEWIN_ONLY:-} ]] && ! grep -Eq -- "$SLIDEWIN_ONLY" <<<bench; then
+if [[ -n $run_label ]] || { [[ -n ${SLIDEWIN_ONLY:-} ]] && ! grep -Eq -- "$SLIDEWIN_ONLY" <<<bench; }; then
 	finished=1
 	exit 0
 fi

@@ -30,6 +30,13 @@
 #   debug_sleep_bg($secs)    DEBUG SLEEP in the background: Redis is busy
 #
 # The repository root is in $ENV{SLIDEWIN_SRC}; see SlidewinTest::src_dir.
+#
+# For run_all.sh's checks (see each function):
+#   allow_log_line($node, $text)   a crash line this script causes on purpose
+#   asan_options(@opts)            sanitizer options for the nodes started next
+#   check_server_maps($node)       done by new_node: the node runs under the
+#                                  server wrapper (the sanitize pass)
+# Ports: free_port honours SLIDEWIN_PORT_RANGE (Redis and fake servers only).
 
 package SlidewinTest;
 
@@ -44,7 +51,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-our @EXPORT_OK = qw(start_redis new_node src_dir);
+our @EXPORT_OK =
+  qw(start_redis new_node src_dir allow_log_line asan_options check_server_maps);
 
 my @all_redis;
 
@@ -52,14 +60,46 @@ my @all_redis;
 our $server_bin = $ENV{SLIDEWIN_REDIS_SERVER} || 'redis-server';
 our $cli_bin = $ENV{SLIDEWIN_REDIS_CLI} || ($server_bin =~ s/-server$/-cli/r);
 
-# PostgreSQL 15 keeps get_free_port in Cluster; later releases moved it to
-# Utils.  Either way ports are reserved in the shared port lock directory,
-# so parallel scripts do not collide.
+# A port for a Redis or fake server.  By default PostgreSQL::Test's own
+# get_free_port (PostgreSQL 15 keeps it in Cluster; later releases moved it to
+# Utils), which draws from 10200-32767.  With SLIDEWIN_PORT_RANGE=LO-HI (as
+# in test/lib.sh) the port is drawn from that range instead.  Either way it is
+# reserved in the shared port lock directory (PG_TEST_PORT_DIR), so parallel
+# scripts do not collide.  The ports of PostgreSQL nodes always come from
+# Cluster's own range: SLIDEWIN_PORT_RANGE does not cover them.
 sub free_port
 {
-	my $f = PostgreSQL::Test::Utils->can('get_free_port')
-	  // \&PostgreSQL::Test::Cluster::get_free_port;
-	return $f->();
+	my $range = $ENV{SLIDEWIN_PORT_RANGE};
+	if (!defined $range || $range eq '')
+	{
+		my $f = PostgreSQL::Test::Utils->can('get_free_port')
+		  // \&PostgreSQL::Test::Cluster::get_free_port;
+		return $f->();
+	}
+	my ($lo, $hi) = $range =~ /^(\d{1,5})-(\d{1,5})$/;
+	croak "SLIDEWIN_PORT_RANGE=$range: expected LO-HI with 1024 <= LO <= HI <= 65535"
+	  unless defined $hi && $lo >= 1024 && $lo <= $hi && $hi <= 65535;
+	my $reserve = PostgreSQL::Test::Cluster->can('_reserve_port')
+	  // PostgreSQL::Test::Utils->can('_reserve_port');
+	for (1 .. 500)
+	{
+		my $port = $lo + int(rand($hi - $lo + 1));
+		next unless _can_bind($port);
+		next if $reserve && !$reserve->($port);
+		return $port;
+	}
+	croak "no free port in SLIDEWIN_PORT_RANGE=$range after 500 tries";
+}
+
+sub _can_bind
+{
+	my ($port) = @_;
+	require Socket;
+	socket(my $sock, Socket::PF_INET(), Socket::SOCK_STREAM(), 0) or return 0;
+	setsockopt($sock, Socket::SOL_SOCKET(), Socket::SO_REUSEADDR(), pack('l', 1));
+	my $ok = bind($sock, Socket::pack_sockaddr_in($port, Socket::inet_aton('127.0.0.1')));
+	close($sock);
+	return $ok ? 1 : 0;
 }
 
 sub src_dir
@@ -116,8 +156,62 @@ sub new_node
 	$node->append_conf('postgresql.conf', $conf) if $conf ne '';
 
 	$node->start;
+	check_server_maps($node);
 	$node->safe_psql('postgres', 'CREATE EXTENSION slidewin');
 	return $node;
+}
+
+# check_server_maps($node): when SLIDEWIN_SERVER_MUST_MAP is set (the
+# sanitizer pass sets it to the ASan runtime's file name), die unless the
+# node's postmaster has a file of that name mapped, so that a node the server
+# wrapper did not reach cannot pass a sanitizer run unchecked.
+sub check_server_maps
+{
+	my ($node) = @_;
+	my $want = $ENV{SLIDEWIN_SERVER_MUST_MAP};
+	return if !defined $want || $want eq '';
+	my $pidfile = $node->data_dir . '/postmaster.pid';
+	my ($pid) = (PostgreSQL::Test::Utils::slurp_file($pidfile) =~ /^(\d+)/);
+	croak "no postmaster pid in $pidfile" unless $pid;
+	my $maps = PostgreSQL::Test::Utils::slurp_file("/proc/$pid/maps");
+	croak "node " . $node->name . " (postmaster $pid) does not map $want: "
+	  . 'SLIDEWIN_SERVER_WRAPPER did not reach it'
+	  unless index($maps, $want) >= 0;
+	return;
+}
+
+# allow_log_line($node, $text): run_all.sh scans every node's log for crashes
+# ("terminated by signal", "PANIC:"); a script that causes one on purpose
+# declares each such line here, once per occurrence it expects, before or after
+# causing it.  $text is a fixed string that must appear in the line (make it
+# narrow: name the pid).  Only these two kinds of line can be allowed this way;
+# sanitizer reports never can.  The declarations go to a file next to the log
+# ($node->logfile . '.allow'), one per line.
+sub allow_log_line
+{
+	my ($node, $text) = @_;
+	croak 'allow_log_line: empty or multi-line text' if $text eq '' || $text =~ /\n/;
+	open(my $fh, '>>', $node->logfile . '.allow')
+	  or croak 'cannot write ' . $node->logfile . ".allow: $!";
+	print $fh "$text\n";
+	close($fh);
+	return;
+}
+
+# asan_options(@opts): sanitizer options (ASAN_OPTIONS entries, such as
+# 'quarantine_size_mb=0') for the servers this script starts from now on.
+# Without the sanitizer they change nothing.  They are appended both to
+# ASAN_OPTIONS and to any ASAN_OPTIONS= inside SLIDEWIN_SERVER_WRAPPER, so they
+# win whichever of the two carries the rest.
+sub asan_options
+{
+	my (@opts) = @_;
+	my $add = join(':', @opts);
+	$ENV{ASAN_OPTIONS} =
+	  join(':', grep { defined && $_ ne '' } $ENV{ASAN_OPTIONS}, $add);
+	$ENV{SLIDEWIN_SERVER_WRAPPER} =~ s/\bASAN_OPTIONS=(\S*)/ASAN_OPTIONS=$1:$add/
+	  if defined $ENV{SLIDEWIN_SERVER_WRAPPER};
+	return;
 }
 
 # Redis 7 refuses DEBUG unless this is set; older servers reject the option.
