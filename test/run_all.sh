@@ -46,6 +46,8 @@
 #                          it cancels it (default here 60; its own is 300)
 #                          A run that hits a limit fails and says TIMED OUT.
 #   SLIDEWIN_SANITIZE      1: run the sanitize pass, 0: skip it (see above)
+#   SLIDEWIN_VALKEY        1: run the suites again against valkey-server, 0:
+#                          skip that pass; unset: run it unless SLIDEWIN_ONLY
 #   SLIDEWIN_PORT_RANGE    LO-HI: ports for the servers started here and for
 #                          the TAP scripts' Redis servers (see test/lib.sh)
 #   SLIDEWIN_KEEP=1        keep the work directory (logs, data) afterwards
@@ -419,7 +421,11 @@ run_fuzz_targets() {
 	done
 }
 
-run_fuzz_targets "${fuzz_targets[@]}"
+# An inner pass (valkey, sanitize) tests the server side again; the fuzzers
+# ran once already.
+if [[ -z $run_label ]]; then
+	run_fuzz_targets "${fuzz_targets[@]}"
+fi
 
 # ---- server logs ----------------------------------------------------------------
 # A crash or a sanitizer report must fail the run even when no test output
@@ -488,45 +494,72 @@ scan_logs
 
 # ---- sanitize pass --------------------------------------------------------------
 # test/sanitize.sh prints a whole run of this script; its counts join ours.
-run_sanitize_pass() {
-	local out=$work/sanitize.out pid rc summary
-	banner "sanitize pass (test/sanitize.sh)"
-	timeout -k 15 "$sanitize_timeout" bash "$here/sanitize.sh" >"$out" 2>&1 </dev/null &
+# run_inner_pass NAME TIMEOUT VARIABLE CMD...: another whole run of this
+# script (CMD runs it, with SLIDEWIN_PASS set), whose counts join ours and
+# whose failures are named "NAME: ...".
+run_inner_pass() {
+	local name=$1 limit=$2 var=$3 out=$work/$1.out pid rc summary
+	shift 3
+	banner "$name pass"
+	timeout -k 15 "$limit" "$@" >"$out" 2>&1 </dev/null &
 	pid=$!
-	running[$pid]="sanitize pass"
+	running[$pid]="$name pass"
 	wait "$pid"
 	rc=$?
 	unset "running[$pid]"
 	cat "$out"
 	if ((rc == 124 || rc == 137)); then
-		echo "sanitize pass: TIMED OUT after $sanitize_timeout s (SLIDEWIN_SANITIZE_TIMEOUT)"
+		echo "$name pass: TIMED OUT after $limit s ($var)"
 	fi
 	summary=$(tail -n 1 "$out")
 	if [[ $summary =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
 		passed=$((passed + BASH_REMATCH[1]))
 		failed=$((failed + BASH_REMATCH[2]))
 		mapfile -t -O "${#failures[@]}" failures < <(
-			sed -n '/^failed:$/,$p' "$out" | sed -n 's/^  \(.*\)/sanitize: \1/p')
+			sed -n '/^failed:$/,$p' "$out" | sed -n "s/^  \(.*\)/$name: \1/p")
 		if ((rc != 0 && BASH_REMATCH[2] == 0)); then
-			fail "sanitize pass (status $rc)"
+			fail "$name pass (status $rc)"
 		fi
 	else
-		fail "sanitize pass (no summary line, status $rc)"
+		fail "$name pass (no summary line, status $rc)"
 	fi
 }
 
-if [[ -z $run_label ]]; then
-	case ${SLIDEWIN_SANITIZE:-} in
-	1) run_sanitize_pass ;;
-	0) echo "sanitize pass skipped (SLIDEWIN_SANITIZE=0)" ;;
+# should_run SETTING NAME: whether an extra pass runs (1: yes, 0: no, unset:
+# yes unless this is a partial run), saying so when it does not.
+should_run() {
+	case ${1:-} in
+	1) return 0 ;;
+	0)
+		echo "$2 pass skipped (set to 0)"
+		return 1
+		;;
 	*)
 		if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
-			echo "sanitize pass skipped: a partial run (SLIDEWIN_SANITIZE=1 runs it)"
-		else
-			run_sanitize_pass
+			echo "$2 pass skipped: a partial run (set it to 1 to run it)"
+			return 1
 		fi
+		return 0
 		;;
 	esac
+}
+
+if [[ -z $run_label ]]; then
+	# The Redis-facing suites again, against Valkey 8 (TAP 001 checks which
+	# server they got). A missing valkey-server is a failure, not a skip.
+	if should_run "${SLIDEWIN_VALKEY:-}" "Valkey (SLIDEWIN_VALKEY)"; then
+		if command -v valkey-server >/dev/null 2>&1; then
+			run_inner_pass valkey "$sanitize_timeout" SLIDEWIN_SANITIZE_TIMEOUT \
+				env SLIDEWIN_PASS=valkey SLIDEWIN_REDIS_SERVER=valkey-server \
+				SLIDEWIN_REDIS_CLI=valkey-cli bash "$here/run_all.sh"
+		else
+			fail "valkey pass: valkey-server is not installed (run test/deps.sh)"
+		fi
+	fi
+	if should_run "${SLIDEWIN_SANITIZE:-}" "sanitize (SLIDEWIN_SANITIZE)"; then
+		run_inner_pass sanitize "$sanitize_timeout" SLIDEWIN_SANITIZE_TIMEOUT \
+			bash "$here/sanitize.sh"
+	fi
 fi
 
 # ---- benchmark smoke ------------------------------------------------------------
