@@ -117,24 +117,32 @@ redis_set_target(const RedisTarget *t)
  * ---------------------------------------------------------------------
  */
 
-void
-redis_disconnect(void)
+/* Close the socket (and its TLS session and wait set), keeping the fd slot. */
+static void
+close_socket(void)
 {
-	if (conn.wes)
-	{
-		FreeWaitEventSet(conn.wes);
-		conn.wes = NULL;
-	}
 	if (conn.ssl)
 	{
 		tls_close(conn.ssl);
 		conn.ssl = NULL;
+	}
+	if (conn.wes)
+	{
+		FreeWaitEventSet(conn.wes);
+		conn.wes = NULL;
 	}
 	if (conn.ctx)
 	{
 		redisFree(conn.ctx);
 		conn.ctx = NULL;
 	}
+	conn.mid_exchange = false;
+}
+
+void
+redis_disconnect(void)
+{
+	close_socket();
 	if (conn.fd_reserved)
 	{
 		ReleaseExternalFD();
@@ -728,21 +736,7 @@ open_socket(const char *addr, int port, const char *name, TimestampTz deadline,
 	set_message(result, RS_FAIL_CONNECT, "could not connect to Redis", why);
 
 fail:
-	if (conn.ssl)
-	{
-		tls_close(conn.ssl);
-		conn.ssl = NULL;
-	}
-	if (conn.wes)
-	{
-		FreeWaitEventSet(conn.wes);
-		conn.wes = NULL;
-	}
-	if (conn.ctx)
-	{
-		redisFree(conn.ctx);
-		conn.ctx = NULL;
-	}
+	close_socket();
 	return false;
 }
 
@@ -806,28 +800,6 @@ check_version(RedisResult *result)
 		return false;
 	}
 	return true;
-}
-
-/* Close the socket (and its TLS session and wait set), keeping the fd slot. */
-static void
-close_socket(void)
-{
-	if (conn.ssl)
-	{
-		tls_close(conn.ssl);
-		conn.ssl = NULL;
-	}
-	if (conn.wes)
-	{
-		FreeWaitEventSet(conn.wes);
-		conn.wes = NULL;
-	}
-	if (conn.ctx)
-	{
-		redisFree(conn.ctx);
-		conn.ctx = NULL;
-	}
-	conn.mid_exchange = false;
 }
 
 /*
@@ -911,6 +883,34 @@ log_in(const char *host, int port, RedisResult *result)
 char	   *slidewin_redis_sentinel_password = NULL;
 static int	sentinel_first = 0;
 
+/*
+ * One command of the connect path (within command_timeout): its reply, which
+ * the caller frees, or NULL with the cause in *result under `what`.
+ */
+static redisReply *
+connect_command(int argc, const char **argv, const size_t *lens, const char *what,
+				RedisResult *result)
+{
+	RedisStatus st = exchange(argc, argv, lens,
+							  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  slidewin_command_timeout),
+							  result);
+	redisReply *r = result->reply;
+
+	result->reply = NULL;
+	if (st != RS_OK)
+	{
+		char		cause[sizeof(result->message)];
+
+		if (r)
+			freeReplyObject(r);
+		strlcpy(cause, result->message, sizeof(cause));
+		set_message(result, RS_FAIL_CONNECT, what, cause);
+		return NULL;
+	}
+	return r;
+}
+
 /* One sentinel's answer for the master's address; false with a cause. */
 static bool
 ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
@@ -919,7 +919,6 @@ ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
 													   slidewin_connect_timeout);
 	const char *argv[3] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", target.master};
 	size_t		lens[3] = {8, 23, strlen(target.master)};
-	RedisStatus st;
 	redisReply *r;
 	const char *why = NULL;
 	bool		ok;
@@ -936,23 +935,10 @@ ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
 			return false;
 		}
 	}
-	st = exchange(3, argv, lens,
-				  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											  slidewin_command_timeout),
-				  result);
-	r = result->reply;
-	result->reply = NULL;
+	r = connect_command(3, argv, lens, "a sentinel could not say where the master is", result);
 	close_socket();
-	if (st != RS_OK)
-	{
-		char		cause[sizeof(result->message)];
-
-		if (r)
-			freeReplyObject(r);
-		strlcpy(cause, result->message, sizeof(cause));
-		set_message(result, RS_FAIL_CONNECT, "a sentinel could not say where the master is", cause);
+	if (r == NULL)
 		return false;
-	}
 	ok = redis_sentinel_master_reply(r, master, &why);
 	freeReplyObject(r);
 	if (!ok)
@@ -973,26 +959,12 @@ check_master(RedisResult *result)
 {
 	const char *argv[1] = {"ROLE"};
 	size_t		lens[1] = {4};
-	RedisStatus st;
 	redisReply *r;
 	bool		master;
 
-	st = exchange(1, argv, lens,
-				  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											  slidewin_command_timeout),
-				  result);
-	r = result->reply;
-	result->reply = NULL;
-	if (st != RS_OK)
-	{
-		char		cause[sizeof(result->message)];
-
-		if (r)
-			freeReplyObject(r);
-		strlcpy(cause, result->message, sizeof(cause));
-		set_message(result, RS_FAIL_CONNECT, "could not ask the server its role (ROLE)", cause);
+	r = connect_command(1, argv, lens, "could not ask the server its role (ROLE)", result);
+	if (r == NULL)
 		return false;
-	}
 	master = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
 		r->element[0]->type == REDIS_REPLY_STRING &&
 		r->element[0]->len == 6 && memcmp(r->element[0]->str, "master", 6) == 0;

@@ -279,43 +279,13 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 			slash = strchr(p, '/');
 		}
 		hostend = slash ? slash : end;
-		if (*p == '[')
 		{
-			const char *rb = memchr(p, ']', hostend - p);
+			RedisHostPort hp;
 
-			if (rb == NULL || rb - p - 1 <= 0 || (size_t) (rb - p - 1) >= sizeof(t->host))
-			{
-				*why = "The bracketed IPv6 host is malformed.";
+			if (!parse_hostport(p, hostend, 6379, &hp, why))
 				return false;
-			}
-			memcpy(t->host, p + 1, rb - p - 1);
-			p = rb + 1;
-			if (p < hostend && *p != ':')
-			{
-				*why = "Expected \":port\" after the IPv6 host.";
-				return false;
-			}
-		}
-		else
-		{
-			const char *colon = memchr(p, ':', hostend - p);
-			const char *hend = colon ? colon : hostend;
-
-			if (hend == p || (size_t) (hend - p) >= sizeof(t->host))
-			{
-				*why = "The host is empty or too long.";
-				return false;
-			}
-			memcpy(t->host, p, hend - p);
-			p = hend;
-		}
-		if (p < hostend && *p == ':')
-		{
-			if (!parse_int_range(p + 1, hostend - p - 1, 1, 65535, &t->port))
-			{
-				*why = "The port must be a number from 1 to 65535.";
-				return false;
-			}
+			memcpy(t->host, hp.host, sizeof(t->host));
+			t->port = hp.port;
 		}
 		if (slash && slash[1] != '\0')
 		{

@@ -19,6 +19,7 @@
 #include <hiredis/hiredis.h>
 
 #include "redis_url.h"
+#include "feed_replies.h"
 #include "reply_cap.h"
 
 #define CHECK(cond) \
@@ -56,43 +57,6 @@ int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	redisReader *reader = redisReaderCreate();
-	size_t		step;
-	size_t		fed = 0;
-
-	if (reader == NULL)
-		abort();
-	/* the first byte sets the size of the pieces the reader gets */
-	step = size > 0 ? 1 + data[0] % 16 : 1;
-	if (size > 0)
-	{
-		data++;
-		size--;
-	}
-	reply_cap_next(reader);
-	while (fed < size || reader->len > reader->pos)
-	{
-		void	   *reply = NULL;
-		size_t		n = size - fed < step ? size - fed : step;
-
-		if (n > 0 && redisReaderFeed(reader, (const char *) data + fed, n) != REDIS_OK)
-			break;
-		fed += n;
-		if (redisReaderGetReply(reader, &reply) != REDIS_OK)
-		{
-			CHECK(reply == NULL);
-			break;
-		}
-		if (reply == NULL)
-		{
-			if (fed == size)
-				break;
-			continue;
-		}
-		check_reply(reply);
-		freeReplyObject(reply);
-		reply_cap_next(reader);
-	}
-	redisReaderFree(reader);
+	feed_replies(data, size, check_reply);
 	return 0;
 }

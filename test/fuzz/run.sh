@@ -119,7 +119,7 @@ newer_than() {
 }
 
 mkdir -p "$build" || exit 1
-headers=("$repo"/src/*.h)
+headers=("$repo"/src/*.h "$here"/*.h)
 built=0
 for p in "${pure[@]}"; do
 	if newer_than "$build/$p.o" "$repo/src/$p.c" "${headers[@]}" "$0"; then
