@@ -282,6 +282,8 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 		{
 			RedisHostPort hp;
 
+			/* zeroed, so that the target compares and hashes by its contents */
+			memset(&hp, 0, sizeof(hp));
 			if (!parse_hostport(p, hostend, 6379, &hp, why))
 				return false;
 			memcpy(t->host, hp.host, sizeof(t->host));

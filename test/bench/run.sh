@@ -27,7 +27,7 @@
 # Everything runs on loopback against a Redis and a PostgreSQL cluster that
 # this script starts in a temporary directory and stops on exit.  Every figure
 # in the table is measured in the same run.  The PL/pgSQL baseline is read
-# from ../shared/bench/plpgsql_baseline.sql relative to the repository root.
+# from test/bench/plpgsql_baseline.sql.
 set -euo pipefail
 
 SECONDS=0
@@ -341,14 +341,14 @@ R_zkey[hot0]=hot0 R_zstart[hot0]=0 R_prep[hot0]=empty
 R_zkey[hotmid]=hotmid R_zstart[hotmid]=$n_mid R_prep[hotmid]=tplmid
 R_zkey[hotbig]=hotbig R_zstart[hotbig]=$n_big R_prep[hotbig]=tplbig
 
-baseline=$repo/../shared/bench/plpgsql_baseline.sql
+baseline=$repo/test/bench/plpgsql_baseline.sql
 if [[ -f $baseline ]]; then
 	if ! sql -f "$baseline" >"$work/baseline.log" 2>&1; then
 		R_err0[pl_many]="loading the baseline failed: $(grep -m1 ERROR "$work/baseline.log" || true)"
 		R_err0[pl_hot]=${R_err0[pl_many]}
 	fi
 else
-	echo "run.sh: PL/pgSQL baseline not found: ../shared/bench/plpgsql_baseline.sql (relative to the repository root); its rows are n/a" >&2
+	echo "run.sh: PL/pgSQL baseline not found: test/bench/plpgsql_baseline.sql; its rows are n/a" >&2
 	R_na[pl_many]="n/a (baseline file not found)"
 	R_na[pl_hot]=${R_na[pl_many]}
 fi
@@ -885,7 +885,7 @@ result=$work/RESULTS.md
 	if ((has_deny_cache)); then
 		echo "  The server preloads slidewin (\`shared_preload_libraries\`), so the deny cache works: with it on, each connection's first call asks Redis and its later calls are answered from backend memory (the cached denial lasts until the oldest entry leaves the window, an hour here); with it off, every call is a round trip."
 	fi
-	echo "- PL/pgSQL baseline: \`plbase.attempt\` from \`../shared/bench/plpgsql_baseline.sql\`, same workloads: many keys as above; hot key one key, lim 1e9 per 1 second (the window holds the last second of calls). The fallback hot-key rows use the same hot-key workload (pure and breaker rows each on a key of their own; likewise their many-keys rows)."
+	echo "- PL/pgSQL baseline: \`plbase.attempt\` from \`test/bench/plpgsql_baseline.sql\` (an exact sliding log in an unlogged table, the window summed on every call, calls of one key serialised by a transaction-level advisory lock), same workloads: many keys as above; hot key one key, lim 1e9 per 1 second (the window holds the last second of calls). The fallback hot-key rows use the same hot-key workload (pure and breaker rows each on a key of their own; likewise their many-keys rows)."
 	echo "- Redis down: Redis is stopped (connections refused at once); \`slidewin.on_redis_error = fallback\`. Pure fallback: \`slidewin.redis_retry_interval = 1h\`, so each backend tries Redis only at its first call. Breaker default: 1000 ms, so each backend tries again every second. These four rows run in slices of $slice_b s, round-robin, each slice with new connections: every backend fails to reach Redis at its first call, and with the default interval tries once more about 1 s later (so about one retry per backend per $slice_b s, where a long-lived connection would retry once a second). Both stores delete the expired rows of the key they serve, which leaves dead rows behind until a VACUUM: the fallback table (for the Redis-down rows) and \`plbase.log\` (for the baseline rows) are vacuumed before each slice, so that every slice starts from the same state. The continuous row shows what happens without that: one pure-fallback hot-key run of $long_secs s, from a vacuumed table, with pgbench's per-second tps (\`-P 1\`) first and last in the Notes. A Redis that drops packets instead of refusing would cost up to \`slidewin.connect_timeout\` per retry; this benchmark does not measure that."
 	echo "- Redis-store rows: calls that Redis did not answer within \`slidewin.command_timeout\` go to the fallback store; the Notes say so where that happened (counted from the rows it wrote)."
 	echo "- Memory: one psql connection; after a warm-up of 1,000 calls (library loaded, Redis connected), the backend reads its own \`/proc/self/status\` (VmRSS, RssAnon), makes $(commas $mem_calls) \`rl_attempt\` calls over 1,000 keys (lim 1,000,000 per 1 minute) as $(commas $mem_stmts) statements of 100 calls each (so both per-call and per-statement memory are exercised; one call per statement would take longer than the time budget), and reads it again. The target is judged on VmRSS. Redis bytes per entry: \`MEMORY USAGE key SAMPLES 0\` of a key holding that many entries, divided by the entries."
