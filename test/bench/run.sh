@@ -239,6 +239,8 @@ fi
 rows=()
 declare -A R_label=() R_kind=() R_phase=() R_script=() R_opts=() R_na=() R_err0=()
 declare -A R_redis=() R_zkey=() R_zstart=() R_prep=() R_vacuum=() R_extra=()
+# R_rconn: redis-cli/redis-benchmark connection options of an evalsha row
+declare -A R_rconn=()
 
 mkdir -p "$work/scripts" "$work/runs"
 
@@ -275,6 +277,15 @@ add_row many A pgbench "\`rl_attempt\`, $(kfmt $many_keys) keys, Redis store (co
 if [[ -n $tls_port ]]; then
 	add_row tls A pgbench "\`rl_attempt\` over TLS (\`rediss://\`), $(kfmt $many_keys) keys" "$(many_sql t)"
 	R_opts[tls]="-c slidewin.redis_url=rediss://localhost:$tls_port -c slidewin.redis_tls_ca_file=$tls_dir/ca.crt"
+	# Redis alone over TLS, with no PostgreSQL in the loop: what TLS costs the
+	# server and a C client, for reading target 8.
+	add_row evalsha_tls A evalsha "redis-benchmark \`EVALSHA\` over TLS, $(kfmt $many_keys) keys"
+	R_rconn[evalsha_tls]="--tls --cacert $tls_dir/ca.crt -h localhost -p $tls_port"
+	if [[ -n $evalsha_problem ]]; then
+		R_err0[evalsha_tls]=$evalsha_problem
+	elif loaded=$(redis-cli ${R_rconn[evalsha_tls]} -x SCRIPT LOAD <"$lua" 2>&1) && [[ $loaded != "$sha" ]]; then
+		R_err0[evalsha_tls]="could not load the script into the TLS Redis: ${loaded%%$'\n'*}"
+	fi
 else
 	add_row tls A na "\`rl_attempt\` over TLS (\`rediss://\`), $(kfmt $many_keys) keys"
 fi
@@ -405,8 +416,10 @@ fallback_rows() {
 	sql -c "SELECT count(*) FROM rl_fallback_log" 2>/dev/null || echo ""
 }
 
-evalsha_errors() { # failed + rejected EVALSHA calls so far
-	rcli INFO commandstats | tr -d '\r' | awk -F'[:,=]' '$1 == "cmdstat_evalsha" {
+evalsha_errors() { # evalsha_errors ID: failed + rejected EVALSHA calls so far
+	local conn=()
+	read -r -a conn <<<"${R_rconn[$1]:-"-h 127.0.0.1 -p $redis_port"}"
+	redis-cli "${conn[@]}" INFO commandstats | tr -d '\r' | awk -F'[:,=]' '$1 == "cmdstat_evalsha" {
 		for (i = 2; i < NF; i += 2) if ($i == "failed_calls" || $i == "rejected_calls") n += $(i + 1)
 	} END { print n + 0 }'
 }
@@ -482,25 +495,26 @@ run_slice() {
 
 run_evalsha_slice() {
 	local id=$1 c=$2 round=$3 secs=$4 key="$1.$2"
-	local dir=$work/runs/$key out=$work/runs/$1.$2/r$3.out rc=0 e0 e1 vals n
+	local dir=$work/runs/$key out=$work/runs/$1.$2/r$3.out rc=0 e0 e1 vals n conn=()
+	read -r -a conn <<<"${R_rconn[$id]:-"-h 127.0.0.1 -p $redis_port"}"
 	# redis-benchmark draws each __rand_int__ on its own, so the ledger key is
 	# another random key; either way it does not exist, as for a key that
 	# never had a refund.
 	local cmd=(EVALSHA "$sha" 2 "$(rkey rb:__rand_int__)" "$(lkey rb:__rand_int__)" 1000000 60000000 1 '' 0)
-	if [[ -z ${rb_n[$c]:-} ]]; then
+	if [[ -z ${rb_n[$key]:-} ]]; then
 		if [[ -n $rb_requests ]]; then
-			rb_n[$c]=$rb_requests
+			rb_n[$key]=$rb_requests
 		else
 			# Size the slices from a short unrecorded run (which also warms up).
-			n=$(redis-benchmark -h 127.0.0.1 -p "$redis_port" -c "$c" -n $((2000 * c)) -r "$many_keys" --csv "${cmd[@]}" 2>/dev/null |
+			n=$(redis-benchmark "${conn[@]}" -c "$c" -n $((2000 * c)) -r "$many_keys" --csv "${cmd[@]}" 2>/dev/null |
 				awk -F'"' 'NR == 2 { print int($4) }')
-			rb_n[$c]=$((${n:-0} * secs > 1000 ? ${n:-0} * secs : 1000))
+			rb_n[$key]=$((${n:-0} * secs > 1000 ? ${n:-0} * secs : 1000))
 		fi
 	fi
-	e0=$(evalsha_errors)
-	redis-benchmark -h 127.0.0.1 -p "$redis_port" -c "$c" -n "${rb_n[$c]}" -r "$many_keys" \
+	e0=$(evalsha_errors "$id")
+	redis-benchmark "${conn[@]}" -c "$c" -n "${rb_n[$key]}" -r "$many_keys" \
 		--csv "${cmd[@]}" >"$out" 2>&1 || rc=$?
-	e1=$(evalsha_errors)
+	e1=$(evalsha_errors "$id")
 	# CSV: a header row naming the columns, then one row per test.
 	vals=$(awk -F'"' 'NR == 1 { for (i = 2; i <= NF; i += 2) col[$i] = i }
 		NR == 2 && ("rps" in col) { print $col["rps"], $col["p50_latency_ms"], $col["p99_latency_ms"] }' "$out")
@@ -514,7 +528,7 @@ run_evalsha_slice() {
 	T_tps[$key]+="$tps "
 	T_rb50[$key]+="$p50 "
 	T_rb99[$key]+="$p99 "
-	T_txn[$key]=$((${T_txn[$key]:-0} + rb_n[$c]))
+	T_txn[$key]=$((${T_txn[$key]:-0} + rb_n[$key]))
 	progress "round $round/$rounds  ${R_label[$id]} ($c cl.): ${tps%.*} rps"
 }
 
@@ -792,7 +806,9 @@ for w in many hot; do
 done
 for c in "${clients[@]}"; do
 	target "8 ($c cl.)" 'TLS: `rl_attempt` over `rediss://` ≥ 0.9 × the plain-TCP row, many keys, once connected' \
-		"$(ratio "${tps[tls.$c]:-}" "${tps[many.$c]:-}")" 0.9 x
+		"$(ratio "${tps[tls.$c]:-}" "${tps[many.$c]:-}")" 0.9 x \
+		"$(tls_ref=$(ratio "${tps[evalsha_tls.$c]:-}" "${tps[evalsha.$c]:-}") &&
+			[[ -n $tls_ref ]] && awk -v a="$tls_ref" 'BEGIN { printf "(Redis alone, redis-benchmark EVALSHA: %.2f × over TLS)", a }')"
 done
 mem_growth_kb=
 if [[ -n $mem_ok ]]; then
