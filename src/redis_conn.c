@@ -58,6 +58,7 @@ typedef struct RedisConn
 	bool		mid_exchange;	/* a command was sent whose reply was not read */
 	uint64		id;				/* which connection this is (see redis_connection_id) */
 	int			pipelined;		/* replies owed to redis_pipeline_append */
+	char		peer[300];		/* the server being opened or open, for messages */
 } RedisConn;
 
 static RedisConn conn;
@@ -137,6 +138,7 @@ close_socket(void)
 		conn.ctx = NULL;
 	}
 	conn.mid_exchange = false;
+	conn.peer[0] = '\0';
 }
 
 void
@@ -807,10 +809,14 @@ check_version(RedisResult *result)
  * TLS when the URL asks for it (the certificate must name `host`).
  */
 static bool
-open_server(const char *host, int port, TimestampTz deadline, RedisResult *result)
+open_server(const char *host, int port, const char *role, TimestampTz deadline,
+			RedisResult *result)
 {
 	bool		connected = false;
-	struct addrinfo *addrs = resolve_host(host, deadline, result);
+	struct addrinfo *addrs;
+
+	snprintf(conn.peer, sizeof(conn.peer), "%s%s:%d", role, host, port);
+	addrs = resolve_host(host, deadline, result);
 
 	for (struct addrinfo *ai = addrs; ai != NULL && !connected; ai = ai->ai_next)
 	{
@@ -923,7 +929,7 @@ ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
 	const char *why = NULL;
 	bool		ok;
 
-	if (!open_server(s->host, s->port, deadline, result))
+	if (!open_server(s->host, s->port, "the sentinel ", deadline, result))
 		return false;
 	if (slidewin_redis_sentinel_password && slidewin_redis_sentinel_password[0])
 	{
@@ -997,7 +1003,7 @@ connect_sentinel(RedisResult *result)
 		}
 		if (!found)
 			return false;
-		if (open_server(master.host, master.port,
+		if (open_server(master.host, master.port, "",
 						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													slidewin_connect_timeout),
 						result) &&
@@ -1036,7 +1042,7 @@ connect_redis(RedisResult *result)
 								result) &&
 			log_in(target.path, 0, result);
 	else
-		connected = open_server(target.host, target.port,
+		connected = open_server(target.host, target.port, "",
 								TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 															slidewin_connect_timeout),
 								result) &&
@@ -1058,7 +1064,12 @@ set_message(RedisResult *result, RedisStatus status, const char *what,
 	char		addr[300];
 
 	result->status = status;
-	if (status != RS_FAIL_REPLY && target_set)
+	if (status != RS_FAIL_REPLY && conn.peer[0])
+	{
+		snprintf(addr, sizeof(addr), " at %s", conn.peer);
+		where = addr;
+	}
+	else if (status != RS_FAIL_REPLY && target_set && target.nsentinels == 0)
 	{
 		if (target.is_unix)
 			snprintf(addr, sizeof(addr), " at %s", target.path);

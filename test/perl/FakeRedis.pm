@@ -12,6 +12,7 @@
 #   $fake->script({ silence => 1 });                 # never answers
 #   $fake->script({ stream => "\$99999999999\r\n", chunk => 'x' x 4096 });
 #   $fake->del(":1\r\n");                            # the reply to DEL
+#   $fake->reply('SENTINEL', $first, $rest);         # any other command
 #   my @ids = $fake->script_connections;  # connection of each script call
 #
 # Replies given as strings are sent as they are; see fake_redis.pl for the
@@ -114,6 +115,23 @@ sub script
 	$c{script} = [ map { _as_reply($_) } @replies ];
 	$self->_write(\%c);
 	return;
+}
+
+# The replies to the next commands named $name (upper case), in turn; the
+# last one repeats. With no replies, the command gets its usual answer.
+sub reply
+{
+	my ($self, $name, @replies) = @_;
+	my %c = %{ $self->{current} };
+	$c{replies} = { %{ $c{replies} // {} }, $name => [ map { _as_reply($_) } @replies ] };
+	$self->_write(\%c);
+	return;
+}
+
+# RESP text of an array of bulk strings, as a sentinel names a master.
+sub bulks
+{
+	return '*' . scalar(@_) . "\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" } @_);
 }
 
 sub del

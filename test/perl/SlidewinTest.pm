@@ -37,6 +37,9 @@
 #   check_server_maps($node)       done by new_node: the node runs under the
 #                                  server wrapper (the sanitize pass)
 # Ports: free_port honours SLIDEWIN_PORT_RANGE (Redis and fake servers only).
+#
+# Also: make_ca/make_leaf (throwaway certificates), start_sentinel and
+# sentinel_cli (Redis Sentinel, plain or TLS), wait_for (poll a condition).
 
 package SlidewinTest;
 
@@ -223,6 +226,125 @@ sub _debug_args
 	  : ();
 }
 
+
+# ---------------------------------------------------------------------
+# Throwaway certificates, made by openssl at test time
+# ---------------------------------------------------------------------
+
+sub _openssl
+{
+	my @cmd = ('openssl', @_);
+	my ($out, $err);
+	IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err)
+	  or croak "@cmd failed: $err";
+	return;
+}
+
+# make_ca($dir [, $name]): a self-signed CA in $dir/$name.crt and .key
+# (name: "ca"); returns the certificate's path.
+sub make_ca
+{
+	my ($dir, $name) = @_;
+	$name //= 'ca';
+	_openssl(qw(req -x509 -newkey rsa:2048 -nodes -days 2),
+		'-subj', "/CN=slidewin-test-$name",
+		'-keyout', "$dir/$name.key", '-out', "$dir/$name.crt");
+	return "$dir/$name.crt";
+}
+
+# make_leaf($dir, $name, $san, $days): a certificate for subjectAltName $san
+# (e.g. 'DNS:localhost,IP:127.0.0.1') signed by the CA in $dir/ca.*, valid
+# for $days days (negative: expired). Returns the certificate and key paths.
+sub make_leaf
+{
+	my ($dir, $name, $san, $days) = @_;
+	_openssl(qw(req -newkey rsa:2048 -nodes), '-subj', "/CN=$name",
+		'-keyout', "$dir/$name.key", '-out', "$dir/$name.csr");
+	open my $fh, '>', "$dir/$name.ext" or croak $!;
+	print $fh "subjectAltName=$san\n";
+	close $fh;
+	_openssl(qw(x509 -req -CAcreateserial), '-days', $days,
+		'-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
+		'-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
+	chmod 0600, "$dir/$name.key";
+	return ("$dir/$name.crt", "$dir/$name.key");
+}
+
+# ---------------------------------------------------------------------
+# Sentinels
+# ---------------------------------------------------------------------
+
+my @all_sentinels;
+
+# start_sentinel(master => PORT, %opts): redis-server --sentinel (or
+# valkey-server) watching the master "mymaster" at 127.0.0.1:PORT, with a
+# config file in a directory of its own. Returns { port, dir, pid, tls }.
+#   quorum => N          (default 2)
+#   tls    => { cert, key, ca }: TLS only, to clients and to the servers
+#   conf   => [ lines ]  more sentinel.conf lines
+sub start_sentinel
+{
+	my (%opts) = @_;
+	my $port = free_port();
+	my $dir  = PostgreSQL::Test::Utils::tempdir('sentinel');
+	my $t    = $opts{tls};
+	my @tls  = $t
+	  ? ('port 0', "tls-port $port", "tls-cert-file $t->{cert}",
+		"tls-key-file $t->{key}", "tls-ca-cert-file $t->{ca}",
+		'tls-auth-clients no', 'tls-replication yes')
+	  : ("port $port");
+	open my $fh, '>', "$dir/sentinel.conf" or croak $!;
+	print $fh join "\n", @tls,
+	  'bind 127.0.0.1', 'daemonize yes',
+	  "pidfile $dir/sentinel.pid", "logfile $dir/sentinel.log", "dir $dir",
+	  "sentinel monitor mymaster 127.0.0.1 $opts{master} " . ($opts{quorum} // 2),
+	  'sentinel down-after-milliseconds mymaster 1000',
+	  'sentinel failover-timeout mymaster 10000',
+	  'sentinel parallel-syncs mymaster 1', @{ $opts{conf} // [] }, '';
+	close $fh;
+	system($server_bin, "$dir/sentinel.conf", '--sentinel') == 0
+	  or croak 'sentinel did not start';
+	my $s = { port => $port, dir => $dir, tls => $t };
+	for (1 .. 100)
+	{
+		if (-s "$dir/sentinel.pid")
+		{
+			$s->{pid} = 0 + PostgreSQL::Test::Utils::slurp_file("$dir/sentinel.pid");
+			last;
+		}
+		usleep(50_000);
+	}
+	croak "sentinel on port $port wrote no pid file" unless $s->{pid};
+	push @all_sentinels, $s;
+	return $s;
+}
+
+# sentinel_cli($s, @args): redis-cli against a sentinel; trimmed stdout.
+sub sentinel_cli
+{
+	my ($s, @args) = @_;
+	my ($out, $err) = ('', '');
+	my @tls = $s->{tls} ? ('--tls', '--insecure') : ();
+	IPC::Run::run([ $cli_bin, '-h', '127.0.0.1', '-p', $s->{port}, @tls, @args ],
+		'<', \undef, '>', \$out, '2>', \$err);
+	$out =~ s/\s+\z//;
+	return $out;
+}
+
+# wait_for($what, $cond [, $secs]): poll $cond every 0.1 s; die after $secs
+# (default 30). Returns the time it became true.
+sub wait_for
+{
+	my ($what, $cond, $secs) = @_;
+	my $t0 = Time::HiRes::time();
+	until ($cond->())
+	{
+		croak "timed out waiting for $what" if Time::HiRes::time() - $t0 > ($secs // 30);
+		usleep(100_000);
+	}
+	return Time::HiRes::time();
+}
+
 # Let END blocks (ours, Cluster's) run when a harness timeout or ^C stops us,
 # so no server outlives the script.
 $SIG{TERM} = $SIG{INT} = sub {
@@ -237,6 +359,7 @@ END
 	{
 		$r->_kill('KILL') if $r->alive;
 	}
+	kill 'KILL', map { $_->{pid} } grep { $_->{pid} } @all_sentinels;
 	$? = $exit_code;
 }
 

@@ -6,7 +6,8 @@
 #   perl fake_redis.pl PORT CONTROL_FILE LOG_FILE
 #
 # The control file is a Perl expression (written by FakeRedis.pm) returning
-#   { gen => N, script => [ REPLY, ... ], del => REPLY }
+#   { gen => N, script => [ REPLY, ... ], del => REPLY,
+#     replies => { NAME => [ REPLY, ... ] } }
 # where REPLY is one of
 #   { raw => BYTES }                  send BYTES as they are
 #   { silence => 1 }                  never answer again on this connection
@@ -14,7 +15,9 @@
 #                                     until the client goes away
 #   { close => 1 }                    close the connection
 # Script calls take the replies of `script` in turn, and the last one is
-# repeated; a new gen starts the list over.  The control file is read again
+# repeated; a new gen starts the list over.  `replies` does the same for any
+# other command by its name (SENTINEL, ROLE, ...), in place of the answer
+# below.  The control file is read again
 # on every call, so a test changes the replies without restarting us.
 #
 # The log file gets one line per event, for the test to read:
@@ -48,6 +51,7 @@ my %clients;    # fileno => { sock, id, in, out, chunk, mute }
 my $select = IO::Select->new($listener);
 my $next_id = 1;
 my ($seen_gen, $script_index) = (-1, 0);
+my %reply_index;    # command name => replies taken since gen $seen_gen
 
 sub bulk { my ($s) = @_; return '$' . length($s) . "\r\n$s\r\n" }
 
@@ -79,13 +83,31 @@ sub control
 	return { gen => 0, script => [ { raw => "-ERR fake redis has no control file\r\n" } ] };
 }
 
+sub new_gen
+{
+	my ($c) = @_;
+	return if $c->{gen} == $seen_gen;
+	($seen_gen, $script_index) = ($c->{gen}, 0);
+	%reply_index = ();
+	return;
+}
+
+# The next of the replies the test chose for command $name, or undef.
+sub next_named_reply
+{
+	my ($name) = @_;
+	my $c = control();
+	new_gen($c);
+	my $list = $c->{replies}{$name} or return undef;
+	return undef unless @$list;
+	my $i = $reply_index{$name}++ // 0;
+	return $list->[ $i < @$list ? $i : $#{$list} ];
+}
+
 sub next_script_reply
 {
 	my $c = control();
-	if ($c->{gen} != $seen_gen)
-	{
-		($seen_gen, $script_index) = ($c->{gen}, 0);
-	}
+	new_gen($c);
 	my @list = @{ $c->{script} // [] };
 	return { raw => "-ERR fake redis has no script reply\r\n" } unless @list;
 	my $i = $script_index < @list ? $script_index : $#list;
@@ -176,8 +198,11 @@ sub serve
 
 		my $name = uc $args[0];
 		print $log "cmd $cl->{id} $name " . scalar(@args) . "\n";
-		my $reply;
-		if ($name eq 'EVALSHA' || $name eq 'EVAL')
+		my $reply = next_named_reply($name);
+		if (defined $reply)
+		{
+		}
+		elsif ($name eq 'EVALSHA' || $name eq 'EVAL')
 		{
 			$reply = next_script_reply();
 		}

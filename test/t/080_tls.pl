@@ -22,34 +22,10 @@ use SlidewinTest;
 
 my $d = PostgreSQL::Test::Utils::tempdir('tls');
 
-sub openssl
-{
-	my @cmd = ('openssl', @_);
-	my ($out, $err);
-	IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err)
-	  or die "@cmd failed: $err";
-}
-
 # A CA, and leaf certificates it signs: name, SAN, days (negative: expired).
-openssl(qw(req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=slidewin-test-ca),
-	'-keyout', "$d/ca.key", '-out', "$d/ca.crt");
-openssl(qw(req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=other-ca),
-	'-keyout', "$d/other.key", '-out', "$d/other.crt");
-
-sub leaf
-{
-	my ($name, $san, $days) = @_;
-	openssl(qw(req -newkey rsa:2048 -nodes), '-subj', "/CN=$name",
-		'-keyout', "$d/$name.key", '-out', "$d/$name.csr");
-	open my $fh, '>', "$d/$name.ext" or die $!;
-	print $fh "subjectAltName=$san\n";
-	close $fh;
-	openssl(qw(x509 -req -CAcreateserial), '-days', $days,
-		'-in', "$d/$name.csr", '-CA', "$d/ca.crt", '-CAkey', "$d/ca.key",
-		'-extfile', "$d/$name.ext", '-out', "$d/$name.crt");
-	chmod 0600, "$d/$name.key";
-	return ("$d/$name.crt", "$d/$name.key");
-}
+SlidewinTest::make_ca($d);
+SlidewinTest::make_ca($d, 'other');
+sub leaf { return SlidewinTest::make_leaf($d, @_) }
 my ($srv_crt, $srv_key)     = leaf('localhost', 'DNS:localhost', 2);
 my ($wrong_crt, $wrong_key) = leaf('wrong',     'DNS:wrong.example', 2);
 my ($old_crt, $old_key)     = leaf('expired',   'DNS:localhost', -1);

@@ -21,66 +21,16 @@ my $master  = SlidewinTest::start_redis();
 my $replica = SlidewinTest::start_redis(
 	args => [ '--replicaof', '127.0.0.1', $master->port ]);
 
-# Sentinels: redis-server --sentinel (valkey-server too) with a config file
-# each, in a directory of their own.
+sub scli { return SlidewinTest::sentinel_cli(@_) }
+sub start_sentinel { return SlidewinTest::start_sentinel(master => $master->port) }
+sub wait_for { return SlidewinTest::wait_for(@_) }
 my @sentinels;
-END { kill 'KILL', map { $_->{pid} } grep { $_->{pid} } @sentinels; }
-
-sub start_sentinel
-{
-	my $port = SlidewinTest::free_port();
-	my $dir  = PostgreSQL::Test::Utils::tempdir('sentinel');
-	open my $fh, '>', "$dir/sentinel.conf" or die $!;
-	print $fh join "\n",
-	  "port $port", 'bind 127.0.0.1', 'daemonize yes',
-	  "pidfile $dir/sentinel.pid", "logfile $dir/sentinel.log", "dir $dir",
-	  'sentinel monitor mymaster 127.0.0.1 ' . $master->port . ' 2',
-	  'sentinel down-after-milliseconds mymaster 1000',
-	  'sentinel failover-timeout mymaster 10000',
-	  'sentinel parallel-syncs mymaster 1', '';
-	close $fh;
-	system($SlidewinTest::server_bin, "$dir/sentinel.conf", '--sentinel') == 0
-	  or die 'sentinel did not start';
-	my $s = { port => $port, dir => $dir };
-	for (1 .. 100)
-	{
-		if (-s "$dir/sentinel.pid")
-		{
-			$s->{pid} = 0 + slurp_file("$dir/sentinel.pid");
-			last;
-		}
-		usleep(50_000);
-	}
-	push @sentinels, $s;
-	return $s;
-}
-
-sub scli
-{
-	my ($s, @args) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ $SlidewinTest::cli_bin, '-h', '127.0.0.1', '-p', $s->{port}, @args ],
-		'<', \undef, '>', \$out, '2>', \$err);
-	$out =~ s/\s+\z//;
-	return $out;
-}
 
 sub master_port_by { my ($s) = @_; my @a = split /\n/, scli($s, 'sentinel', 'get-master-addr-by-name', 'mymaster'); return $a[1] // '' }
 
-start_sentinel() for 1 .. 3;
+push @sentinels, start_sentinel() for 1 .. 3;
 
 # Wait until the replica is in sync and every sentinel knows the others.
-sub wait_for
-{
-	my ($what, $cond, $secs) = @_;
-	my $t0 = time;
-	until ($cond->())
-	{
-		die "timed out waiting for $what" if time - $t0 > ($secs // 30);
-		usleep(100_000);
-	}
-	return time;
-}
 wait_for('replication', sub { $master->cli('info', 'replication') =~ /connected_slaves:1/ });
 wait_for('sentinels to know each other',
 	sub { !grep { scli($_, 'sentinel', 'master', 'mymaster') !~ /num-other-sentinels\n2\b/ } @sentinels });
