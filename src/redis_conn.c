@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * redis_conn.c
- *		The per-backend Redis connection.
+ *		One connection to one server: socket or TLS, waits, timeouts,
+ *		logging in, and pipelined commands.
  *
  * One connection per backend, opened on first use and kept for the life of
- * the backend. Everything goes through hiredis's non-blocking calls, and
+ * the backend; which server it goes to is redis_route.c's business. Everything goes through hiredis's non-blocking calls, and
  * every wait is a WaitEventSetWait on the backend latch plus the socket, so
  * that a silent Redis ends at slidewin.command_timeout and pg_cancel_backend,
  * statement_timeout and backend termination take effect at once.
@@ -40,6 +41,7 @@
 #include <hiredis/sds.h>
 
 #include "redis_conn.h"
+#include "redis_link.h"
 #include "redis_tls.h"
 #include "reply_cap.h"
 
@@ -63,55 +65,13 @@ typedef struct RedisConn
 
 static RedisConn conn;
 static uint64 connections_opened = 0;
-static RedisPipelineHook pipeline_hook = NULL;
-static uint32 current_target_id = 0;
 
 /* Where to connect; copied from the GUC's parsed value by its assign hook. */
-static RedisTarget target;
-static bool target_set = false;
-
-/* Bumped whenever the target changes, so that callers can tell (see policy.c). */
-uint64		redis_target_generation = 0;
-
 typedef enum WaitOutcome
 {
 	WAIT_READY,
 	WAIT_TIMEOUT
 } WaitOutcome;
-
-static void set_message(RedisResult *result, RedisStatus status,
-						const char *what, const char *detail);
-
-/* The credentials may have changed: the next call connects and logs in anew. */
-void
-redis_credentials_changed(void)
-{
-	redis_target_generation++;
-	redis_disconnect();
-}
-
-void
-redis_set_target(const RedisTarget *t)
-{
-	if (t == NULL)
-	{
-		target_set = false;
-		redis_target_generation++;
-		current_target_id = 0;
-		redis_disconnect();
-		return;
-	}
-	if (target_set && memcmp(&target, t, sizeof(target)) == 0)
-		return;
-	target = *t;
-	target_set = true;
-	redis_target_generation++;
-	current_target_id = hash_bytes((const unsigned char *) &target, sizeof(target));
-	if (current_target_id == 0)
-		current_target_id = 1;
-	/* The next call connects to the new place. */
-	redis_disconnect();
-}
 
 /* ---------------------------------------------------------------------
  * Connection life cycle
@@ -119,8 +79,8 @@ redis_set_target(const RedisTarget *t)
  */
 
 /* Close the socket (and its TLS session and wait set), keeping the fd slot. */
-static void
-close_socket(void)
+void
+redis_link_close(void)
 {
 	if (conn.ssl)
 	{
@@ -144,7 +104,7 @@ close_socket(void)
 void
 redis_disconnect(void)
 {
-	close_socket();
+	redis_link_close();
 	if (conn.fd_reserved)
 	{
 		ReleaseExternalFD();
@@ -296,8 +256,8 @@ conn_pending(void)
  * reply (error replies included) the connection must be discarded by the
  * caller.
  */
-static RedisStatus
-exchange(int argc, const char **argv, const size_t *argvlen,
+RedisStatus
+redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 		 TimestampTz deadline, RedisResult *result)
 {
 	redisContext *c = conn.ctx;
@@ -311,13 +271,13 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 	if (conn.pipelined > 0)
 	{
 		/* The next reply belongs to a pipelined command: not ours to read. */
-		set_message(result, RS_FAIL_IO, "replies to pipelined commands are still owed", NULL);
+		redis_link_message(result, RS_FAIL_IO, "replies to pipelined commands are still owed", NULL);
 		return RS_FAIL_IO;
 	}
 	conn.mid_exchange = true;
 	if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK)
 	{
-		set_message(result, RS_FAIL_IO, "could not format command", c->errstr);
+		redis_link_message(result, RS_FAIL_IO, "could not format command", c->errstr);
 		return RS_FAIL_IO;
 	}
 
@@ -328,14 +288,14 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 		done = conn_send(&wait, ioerr, sizeof(ioerr));
 		if (done < 0)
 		{
-			set_message(result, RS_FAIL_IO, "could not send to Redis", ioerr);
+			redis_link_message(result, RS_FAIL_IO, "could not send to Redis", ioerr);
 			return RS_FAIL_IO;
 		}
 		if (done)
 			break;
 		if (wait_socket(wait, deadline) == WAIT_TIMEOUT)
 		{
-			set_message(result, RS_FAIL_TIMEOUT, "timed out sending to Redis", NULL);
+			redis_link_message(result, RS_FAIL_TIMEOUT, "timed out sending to Redis", NULL);
 			return RS_FAIL_TIMEOUT;
 		}
 	}
@@ -352,17 +312,17 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 				snprintf(detail, sizeof(detail),
 						 "it announces more than %d array elements",
 						 REPLY_MAX_ELEMENTS);
-				set_message(result, RS_FAIL_PROTOCOL,
+				redis_link_message(result, RS_FAIL_PROTOCOL,
 							"oversized reply from Redis", detail);
 				return RS_FAIL_PROTOCOL;
 			}
 			if (c->err == REDIS_ERR_PROTOCOL)
 			{
-				set_message(result, RS_FAIL_PROTOCOL,
+				redis_link_message(result, RS_FAIL_PROTOCOL,
 							"malformed reply from Redis", c->errstr);
 				return RS_FAIL_PROTOCOL;
 			}
-			set_message(result, RS_FAIL_IO, "could not parse the Redis reply", c->errstr);
+			redis_link_message(result, RS_FAIL_IO, "could not parse the Redis reply", c->errstr);
 			return RS_FAIL_IO;
 		}
 		if (reply != NULL)
@@ -372,19 +332,19 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 			snprintf(detail, sizeof(detail),
 					 "%zu bytes received and the reply is not complete",
 					 received);
-			set_message(result, RS_FAIL_PROTOCOL,
+			redis_link_message(result, RS_FAIL_PROTOCOL,
 						"oversized reply from Redis", detail);
 			return RS_FAIL_PROTOCOL;
 		}
 		if (!conn_pending() && wait_socket(wait_for, deadline) == WAIT_TIMEOUT)
 		{
-			set_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
+			redis_link_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
 			return RS_FAIL_TIMEOUT;
 		}
 		n = conn_recv(&wait_for, ioerr, sizeof(ioerr));
 		if (n < 0)
 		{
-			set_message(result, RS_FAIL_IO, "lost the connection to Redis", ioerr);
+			redis_link_message(result, RS_FAIL_IO, "lost the connection to Redis", ioerr);
 			return RS_FAIL_IO;
 		}
 		if (n > 0)
@@ -396,7 +356,7 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 	result->reply = (redisReply *) reply;
 	if (result->reply->type == REDIS_REPLY_ERROR)
 	{
-		set_message(result, RS_FAIL_REPLY, NULL, result->reply->str);
+		redis_link_message(result, RS_FAIL_REPLY, NULL, result->reply->str);
 		return RS_FAIL_REPLY;
 	}
 	result->status = RS_OK;
@@ -404,15 +364,15 @@ exchange(int argc, const char **argv, const size_t *argvlen,
 }
 
 /* Run a set-up command (AUTH, SELECT) right after connecting. */
-static bool
-setup_command(int argc, const char **argv, RedisResult *result)
+bool
+redis_link_setup_command(int argc, const char **argv, RedisResult *result)
 {
 	size_t		lens[3];
 	RedisStatus st;
 
 	for (int i = 0; i < argc; i++)
 		lens[i] = strlen(argv[i]);
-	st = exchange(argc, argv, lens,
+	st = redis_link_exchange(argc, argv, lens,
 				  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											  slidewin_command_timeout),
 				  result);
@@ -426,7 +386,7 @@ setup_command(int argc, const char **argv, RedisResult *result)
 		char		cause[sizeof(result->message)];
 
 		strlcpy(cause, result->message, sizeof(cause));
-		set_message(result, RS_FAIL_CONNECT,
+		redis_link_message(result, RS_FAIL_CONNECT,
 					strcmp(argv[0], "AUTH") == 0 ?
 					"could not authenticate to Redis" :
 					"could not select the Redis database", cause);
@@ -461,7 +421,7 @@ password_from_file(const char *host, int port, char *out, size_t outsize,
 		char		why[300];
 
 		snprintf(why, sizeof(why), "%s: %s", path, strerror(errno));
-		set_message(result, RS_FAIL_CONNECT,
+		redis_link_message(result, RS_FAIL_CONNECT,
 					"could not read slidewin.redis_password_file", why);
 		return -1;
 	}
@@ -473,7 +433,7 @@ password_from_file(const char *host, int port, char *out, size_t outsize,
 		snprintf(why, sizeof(why),
 				 "%s must be a regular file without group or world access (chmod 0600).",
 				 path);
-		set_message(result, RS_FAIL_CONNECT,
+		redis_link_message(result, RS_FAIL_CONNECT,
 					"refused slidewin.redis_password_file", why);
 		FreeFile(f);
 		return -1;
@@ -490,7 +450,7 @@ password_from_file(const char *host, int port, char *out, size_t outsize,
 			continue;
 		}
 		if (redis_passfile_match(line, len, host, port,
-								 target.user[0] ? target.user : "default",
+								 redis_target.user[0] ? redis_target.user : "default",
 								 out, outsize))
 		{
 			found = 1;
@@ -582,14 +542,14 @@ resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
 	reap_abandoned();
 	if (n_abandoned >= MAX_ABANDONED_LOOKUPS)
 	{
-		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+		redis_link_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
 					"Earlier lookups of this backend have not finished yet.");
 		return NULL;
 	}
 	l = calloc(1, sizeof(Lookup));
 	if (l == NULL)
 	{
-		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+		redis_link_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
 					"out of memory");
 		return NULL;
 	}
@@ -606,7 +566,7 @@ resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0)
 	{
-		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+		redis_link_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
 					gai_strerror(rc));
 		free(l);
 		return NULL;
@@ -638,13 +598,13 @@ resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
 	if (rc == EAI_INPROGRESS)
 	{
 		give_up_lookup(l);
-		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+		redis_link_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
 					"The lookup timed out (slidewin.connect_timeout).");
 		return NULL;
 	}
 	if (rc != 0)
 	{
-		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+		redis_link_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
 					rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 		free_lookup(l);
 		return NULL;
@@ -653,7 +613,7 @@ resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
 	l->cb.ar_result = NULL;
 	free_lookup(l);
 	if (res == NULL)
-		set_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
+		redis_link_message(result, RS_FAIL_CONNECT, "could not resolve the Redis host name",
 					"The name has no address.");
 	return res;
 }
@@ -691,8 +651,8 @@ tls_start(const char *name, TimestampTz deadline, char *err, size_t errsize)
 	}
 }
 
-static bool
-open_socket(const char *addr, int port, const char *name, TimestampTz deadline,
+bool
+redis_link_open_socket(const char *addr, int port, const char *name, TimestampTz deadline,
 			RedisResult *result)
 {
 	int			soerr = 0;
@@ -703,7 +663,7 @@ open_socket(const char *addr, int port, const char *name, TimestampTz deadline,
 	conn.ctx = port == 0 ? redisConnectUnixNonBlock(addr) : redisConnectNonBlock(addr, port);
 	if (conn.ctx == NULL || conn.ctx->err)
 	{
-		set_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
+		redis_link_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
 					conn.ctx ? conn.ctx->errstr : "out of memory");
 		goto fail;
 	}
@@ -715,7 +675,7 @@ open_socket(const char *addr, int port, const char *name, TimestampTz deadline,
 	 */
 	if (!AcquireExternalFD())
 	{
-		set_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
+		redis_link_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
 					"This backend has no file descriptor to spare.");
 		goto fail;
 	}
@@ -731,14 +691,14 @@ open_socket(const char *addr, int port, const char *name, TimestampTz deadline,
 		why = "The connection attempt timed out (slidewin.connect_timeout).";
 	else if (getsockopt(conn.ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
 		why = strerror(soerr ? soerr : errno);
-	else if (target.tls && !tls_start(name, deadline, tlserr, sizeof(tlserr)))
+	else if (redis_target.tls && !tls_start(name, deadline, tlserr, sizeof(tlserr)))
 		why = tlserr;
 	if (why == NULL)
 		return true;
-	set_message(result, RS_FAIL_CONNECT, "could not connect to Redis", why);
+	redis_link_message(result, RS_FAIL_CONNECT, "could not connect to Redis", why);
 
 fail:
-	close_socket();
+	redis_link_close();
 	return false;
 }
 
@@ -758,7 +718,7 @@ check_version(RedisResult *result)
 				minor = -1;
 	char		found[64] = "";
 
-	st = exchange(2, argv, lens,
+	st = redis_link_exchange(2, argv, lens,
 				  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											  slidewin_command_timeout),
 				  result);
@@ -768,7 +728,7 @@ check_version(RedisResult *result)
 		strncmp(r->str, "ERR unknown command", 19) == 0)
 	{
 		freeReplyObject(r);
-		set_message(result, RS_FAIL_VERSION, "the Redis server is too old for slidewin",
+		redis_link_message(result, RS_FAIL_VERSION, "the Redis server is too old for slidewin",
 					"It does not know HELLO, so it is older than Redis 6.0; slidewin needs Redis 6.2 or later.");
 		return false;
 	}
@@ -779,7 +739,7 @@ check_version(RedisResult *result)
 		if (r)
 			freeReplyObject(r);
 		strlcpy(cause, result->message, sizeof(cause));
-		set_message(result, st == RS_FAIL_REPLY ? RS_FAIL_CONNECT : st,
+		redis_link_message(result, st == RS_FAIL_REPLY ? RS_FAIL_CONNECT : st,
 					"could not ask Redis for its version (HELLO)", cause);
 		return false;
 	}
@@ -788,7 +748,7 @@ check_version(RedisResult *result)
 	freeReplyObject(r);
 	if (major < 0)
 	{
-		set_message(result, RS_FAIL_VERSION, "the Redis server did not say which version it is",
+		redis_link_message(result, RS_FAIL_VERSION, "the Redis server did not say which version it is",
 					"Its answer to HELLO has no readable version; slidewin needs Redis 6.2 or later.");
 		return false;
 	}
@@ -798,7 +758,7 @@ check_version(RedisResult *result)
 
 		snprintf(why, sizeof(why),
 				 "It is version %s; slidewin needs Redis 6.2 or later.", found);
-		set_message(result, RS_FAIL_VERSION, "the Redis server is too old for slidewin", why);
+		redis_link_message(result, RS_FAIL_VERSION, "the Redis server is too old for slidewin", why);
 		return false;
 	}
 	return true;
@@ -808,8 +768,8 @@ check_version(RedisResult *result)
  * Open a connection to host:port: every address of the name in turn, then
  * TLS when the URL asks for it (the certificate must name `host`).
  */
-static bool
-open_server(const char *host, int port, const char *role, TimestampTz deadline,
+bool
+redis_link_open_server(const char *host, int port, const char *role, TimestampTz deadline,
 			RedisResult *result)
 {
 	bool		connected = false;
@@ -828,7 +788,7 @@ open_server(const char *host, int port, const char *role, TimestampTz deadline,
 		if ((ai->ai_family != AF_INET && ai->ai_family != AF_INET6) ||
 			inet_ntop(ai->ai_family, a, ip, sizeof(ip)) == NULL)
 			continue;
-		connected = open_socket(ip, port, host, deadline, result);
+		connected = redis_link_open_socket(ip, port, host, deadline, result);
 	}
 	if (addrs)
 		freeaddrinfo(addrs);
@@ -839,13 +799,13 @@ open_server(const char *host, int port, const char *role, TimestampTz deadline,
  * Log in to the data server at host:port (AUTH with the URL's password or
  * the password file's, SELECT) and check its version.
  */
-static bool
-log_in(const char *host, int port, RedisResult *result)
+bool
+redis_link_log_in(const char *host, int port, RedisResult *result)
 {
-	char		password[sizeof(target.password)];
+	char		password[sizeof(redis_target.password)];
 	bool		ok = true;
 
-	strlcpy(password, target.password, sizeof(password));
+	strlcpy(password, redis_target.password, sizeof(password));
 	if (password[0] == '\0' &&
 		password_from_file(host, port, password, sizeof(password), result) < 0)
 		ok = false;
@@ -855,49 +815,34 @@ log_in(const char *host, int port, RedisResult *result)
 		int			n = 0;
 
 		auth[n++] = "AUTH";
-		if (target.user[0] != '\0')
-			auth[n++] = target.user;
+		if (redis_target.user[0] != '\0')
+			auth[n++] = redis_target.user;
 		auth[n++] = password;
-		ok = setup_command(n, auth, result);
+		ok = redis_link_setup_command(n, auth, result);
 	}
 	explicit_bzero(password, sizeof(password));
-	if (ok && target.db != 0)
+	if (ok && redis_target.db != 0)
 	{
 		char		dbbuf[16];
 		const char *sel[2];
 
-		snprintf(dbbuf, sizeof(dbbuf), "%d", target.db);
+		snprintf(dbbuf, sizeof(dbbuf), "%d", redis_target.db);
 		sel[0] = "SELECT";
 		sel[1] = dbbuf;
-		ok = setup_command(2, sel, result);
+		ok = redis_link_setup_command(2, sel, result);
 	}
 	return ok && check_version(result);
 }
-
-/* ---------------------------------------------------------------------
- * Sentinel: which server is the master
- *
- * The client protocol of Redis Sentinel: ask the sentinels in turn, each
- * within the timeouts, for the master's address (SENTINEL
- * GET-MASTER-ADDR-BY-NAME), starting with the one that answered last time;
- * connect there and confirm with ROLE that it is a master. A master is never
- * kept across a reconnect: every connection asks again, so a failover is
- * followed at the next connection. The circuit breaker (policy.c) sees the
- * whole discovery as one attempt.
- * ---------------------------------------------------------------------
- */
-char	   *slidewin_redis_sentinel_password = NULL;
-static int	sentinel_first = 0;
 
 /*
  * One command of the connect path (within command_timeout): its reply, which
  * the caller frees, or NULL with the cause in *result under `what`.
  */
-static redisReply *
-connect_command(int argc, const char **argv, const size_t *lens, const char *what,
+redisReply *
+redis_link_command(int argc, const char **argv, const size_t *lens, const char *what,
 				RedisResult *result)
 {
-	RedisStatus st = exchange(argc, argv, lens,
+	RedisStatus st = redis_link_exchange(argc, argv, lens,
 							  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  slidewin_command_timeout),
 							  result);
@@ -911,153 +856,14 @@ connect_command(int argc, const char **argv, const size_t *lens, const char *wha
 		if (r)
 			freeReplyObject(r);
 		strlcpy(cause, result->message, sizeof(cause));
-		set_message(result, RS_FAIL_CONNECT, what, cause);
+		redis_link_message(result, RS_FAIL_CONNECT, what, cause);
 		return NULL;
 	}
 	return r;
 }
 
-/* One sentinel's answer for the master's address; false with a cause. */
-static bool
-ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
-{
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													   slidewin_connect_timeout);
-	const char *argv[3] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", target.master};
-	size_t		lens[3] = {8, 23, strlen(target.master)};
-	redisReply *r;
-	const char *why = NULL;
-	bool		ok;
-
-	if (!open_server(s->host, s->port, "the sentinel ", deadline, result))
-		return false;
-	if (slidewin_redis_sentinel_password && slidewin_redis_sentinel_password[0])
-	{
-		const char *auth[2] = {"AUTH", slidewin_redis_sentinel_password};
-
-		if (!setup_command(2, auth, result))
-		{
-			close_socket();
-			return false;
-		}
-	}
-	r = connect_command(3, argv, lens, "a sentinel could not say where the master is", result);
-	close_socket();
-	if (r == NULL)
-		return false;
-	ok = redis_sentinel_master_reply(r, master, &why);
-	freeReplyObject(r);
-	if (!ok)
-	{
-		char		where[300];
-
-		snprintf(where, sizeof(where), "a sentinel at %s:%d could not say where master \"%s\" is",
-				 s->host, s->port, target.master);
-		set_message(result, RS_FAIL_CONNECT, where, why);
-		return false;
-	}
-	return true;
-}
-
-/* Is the server we are logged in to a master? */
-static bool
-check_master(RedisResult *result)
-{
-	const char *argv[1] = {"ROLE"};
-	size_t		lens[1] = {4};
-	redisReply *r;
-	bool		master;
-
-	r = connect_command(1, argv, lens, "could not ask the server its role (ROLE)", result);
-	if (r == NULL)
-		return false;
-	master = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-		r->element[0]->type == REDIS_REPLY_STRING &&
-		r->element[0]->len == 6 && memcmp(r->element[0]->str, "master", 6) == 0;
-	freeReplyObject(r);
-	if (!master)
-		set_message(result, RS_FAIL_CONNECT, "the server the sentinels named is not a master",
-					"It reports another role; a failover is under way.");
-	return master;
-}
-
-/* Find the master through the sentinels, connect, log in, confirm it. */
-static bool
-connect_sentinel(RedisResult *result)
-{
-	/* once, and once more if the server named is not (or no longer) a master */
-	for (int round = 0; round < 2; round++)
-	{
-		RedisHostPort master;
-		bool		found = false;
-
-		for (int k = 0; k < target.nsentinels && !found; k++)
-		{
-			int			i = (sentinel_first + k) % target.nsentinels;
-
-			if (ask_sentinel(&target.sentinels[i], &master, result))
-			{
-				sentinel_first = i;
-				found = true;
-			}
-		}
-		if (!found)
-			return false;
-		if (open_server(master.host, master.port, "",
-						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													slidewin_connect_timeout),
-						result) &&
-			log_in(master.host, master.port, result) && check_master(result))
-			return true;
-		close_socket();
-	}
-	return false;
-}
-
-static bool
-connect_redis(RedisResult *result)
-{
-	bool		connected;
-
-	if (!target_set)
-	{
-		set_message(result, RS_FAIL_CONNECT, "slidewin.redis_url is not set", NULL);
-		return false;
-	}
-
-	if (!AcquireExternalFD())
-	{
-		set_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
-					"This backend has no file descriptor to spare.");
-		return false;
-	}
-	conn.fd_reserved = true;
-
-	if (target.nsentinels > 0)
-		connected = connect_sentinel(result);
-	else if (target.is_unix)
-		connected = open_socket(target.path, 0, target.path,
-								TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															slidewin_connect_timeout),
-								result) &&
-			log_in(target.path, 0, result);
-	else
-		connected = open_server(target.host, target.port, "",
-								TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															slidewin_connect_timeout),
-								result) &&
-			log_in(target.host, target.port, result);
-	if (!connected)
-	{
-		redis_disconnect();
-		return false;
-	}
-	conn.id = ++connections_opened;
-	return true;
-}
-
-static void
-set_message(RedisResult *result, RedisStatus status, const char *what,
+void
+redis_link_message(RedisResult *result, RedisStatus status, const char *what,
 			const char *detail)
 {
 	const char *where = "";
@@ -1069,12 +875,12 @@ set_message(RedisResult *result, RedisStatus status, const char *what,
 		snprintf(addr, sizeof(addr), " at %s", conn.peer);
 		where = addr;
 	}
-	else if (status != RS_FAIL_REPLY && target_set && target.nsentinels == 0)
+	else if (status != RS_FAIL_REPLY && redis_target_set && redis_target.nsentinels == 0)
 	{
-		if (target.is_unix)
-			snprintf(addr, sizeof(addr), " at %s", target.path);
+		if (redis_target.is_unix)
+			snprintf(addr, sizeof(addr), " at %s", redis_target.path);
 		else
-			snprintf(addr, sizeof(addr), " at %s:%d", target.host, target.port);
+			snprintf(addr, sizeof(addr), " at %s:%d", redis_target.host, redis_target.port);
 		where = addr;
 	}
 	if (what && detail && detail[0])
@@ -1087,81 +893,31 @@ set_message(RedisResult *result, RedisStatus status, const char *what,
 				 detail ? detail : "unknown error");
 }
 
-/* ---------------------------------------------------------------------
- * The entry point
- * ---------------------------------------------------------------------
- */
+bool
+redis_link_is_open(void)
+{
+	return conn.ctx != NULL;
+}
+
+bool
+redis_link_reserve_fd(RedisResult *result)
+{
+	if (conn.fd_reserved)
+		return true;
+	if (!AcquireExternalFD())
+	{
+		redis_link_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
+						   "This backend has no file descriptor to spare.");
+		return false;
+	}
+	conn.fd_reserved = true;
+	return true;
+}
 
 void
-redis_exec(int argc, const char **argv, const size_t *argvlen,
-		   RedisResult *result)
+redis_link_opened(void)
 {
-	bool		reused;
-	RedisStatus st;
-
-	result->status = RS_OK;
-	result->reply = NULL;
-	result->message[0] = '\0';
-
-	PG_TRY();
-	{
-		for (int attempt = 0;; attempt++)
-		{
-			reused = (conn.ctx != NULL);
-			if (!reused && !connect_redis(result))
-				break;
-
-			/* Whatever was pipelined goes first, and its replies are read. */
-			st = pipeline_hook ? pipeline_hook(result) : RS_OK;
-			if (st == RS_OK && argc > 0)
-				st = exchange(argc, argv, argvlen,
-							  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														  slidewin_command_timeout),
-							  result);
-			/*
-			 * Under Sentinel, READONLY means the server is no longer the
-			 * master (a failover): ask the sentinels again, once, now.
-			 */
-			if (st == RS_FAIL_REPLY && target.nsentinels > 0 && attempt == 0 &&
-				strncmp(result->reply->str, "READONLY", 8) == 0)
-			{
-				freeReplyObject(result->reply);
-				result->reply = NULL;
-				redis_disconnect();
-				continue;
-			}
-			if (st == RS_OK || st == RS_FAIL_REPLY)
-				break;
-
-			/* Anything else leaves the connection in an unknown state. */
-			if (result->reply)
-			{
-				freeReplyObject(result->reply);
-				result->reply = NULL;
-			}
-			redis_disconnect();
-
-			/*
-			 * A connection kept from an earlier call may have gone stale
-			 * (Redis restarted, CLIENT KILL). Try once more on a fresh one.
-			 * A timeout is not retried: that would double the wait.
-			 */
-			if (!(st == RS_FAIL_IO && reused && attempt == 0))
-				break;
-		}
-	}
-	PG_CATCH();
-	{
-		/* Interrupted mid-exchange: the connection cannot be trusted. */
-		if (result->reply)
-		{
-			freeReplyObject(result->reply);
-			result->reply = NULL;
-		}
-		redis_disconnect();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	conn.id = ++connections_opened;
 }
 
 /* ---------------------------------------------------------------------
@@ -1177,11 +933,6 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
  * ---------------------------------------------------------------------
  */
 
-void
-redis_set_pipeline_hook(RedisPipelineHook hook)
-{
-	pipeline_hook = hook;
-}
 
 uint64
 redis_connection_id(void)
@@ -1189,11 +940,6 @@ redis_connection_id(void)
 	return conn.ctx ? conn.id : 0;
 }
 
-uint32
-redis_target_id(void)
-{
-	return current_target_id;
-}
 
 int
 redis_pipelined(void)
@@ -1294,7 +1040,7 @@ redis_pipeline_write(RedisResult *result)
 {
 	if (conn.ctx == NULL)
 	{
-		set_message(result, RS_FAIL_IO, "lost the connection to Redis", NULL);
+		redis_link_message(result, RS_FAIL_IO, "lost the connection to Redis", NULL);
 		return RS_FAIL_IO;
 	}
 	for (;;)
@@ -1305,7 +1051,7 @@ redis_pipeline_write(RedisResult *result)
 
 		if (done < 0)
 		{
-			set_message(result, RS_FAIL_IO, "could not send to Redis", ioerr);
+			redis_link_message(result, RS_FAIL_IO, "could not send to Redis", ioerr);
 			return RS_FAIL_IO;
 		}
 		if (done)
@@ -1319,7 +1065,7 @@ redis_pipeline_write(RedisResult *result)
 						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													slidewin_command_timeout)) == WAIT_TIMEOUT)
 		{
-			set_message(result, RS_FAIL_TIMEOUT, "timed out sending to Redis", NULL);
+			redis_link_message(result, RS_FAIL_TIMEOUT, "timed out sending to Redis", NULL);
 			return RS_FAIL_TIMEOUT;
 		}
 	}
@@ -1340,14 +1086,14 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 	*reply = NULL;
 	if (conn.ctx == NULL || conn.pipelined <= 0)
 	{
-		set_message(result, RS_FAIL_IO, "no reply is owed", NULL);
+		redis_link_message(result, RS_FAIL_IO, "no reply is owed", NULL);
 		return RS_FAIL_IO;
 	}
 	for (;;)
 	{
 		if (redisGetReplyFromReader(conn.ctx, &r) != REDIS_OK)
 		{
-			set_message(result, RS_FAIL_IO, "could not parse the Redis reply", conn.ctx->errstr);
+			redis_link_message(result, RS_FAIL_IO, "could not parse the Redis reply", conn.ctx->errstr);
 			return RS_FAIL_IO;
 		}
 		if (r != NULL)
@@ -1359,7 +1105,7 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 			if (!poll_socket(wait_for == WL_SOCKET_WRITEABLE ? POLLOUT : POLLIN,
 							 nowait_deadline))
 			{
-				set_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
+				redis_link_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
 				return RS_FAIL_TIMEOUT;
 			}
 		}
@@ -1367,7 +1113,7 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														 slidewin_command_timeout)) == WAIT_TIMEOUT)
 		{
-			set_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
+			redis_link_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
 			return RS_FAIL_TIMEOUT;
 		}
 		{
@@ -1375,7 +1121,7 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 
 			if (n < 0)
 			{
-				set_message(result, RS_FAIL_IO, "lost the connection to Redis", ioerr);
+				redis_link_message(result, RS_FAIL_IO, "lost the connection to Redis", ioerr);
 				return RS_FAIL_IO;
 			}
 			if (n > 0)
@@ -1399,8 +1145,3 @@ redis_pipeline_read_nowait(redisReply **reply, TimestampTz deadline, RedisResult
 	return pipeline_read(reply, result, deadline);
 }
 
-void
-redis_sync(RedisResult *result)
-{
-	redis_exec(0, NULL, NULL, result);
-}

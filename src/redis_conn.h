@@ -1,7 +1,9 @@
 /*
  * redis_conn.h
- *		The per-backend Redis connection: URL parsing, non-blocking exchange
- *		with latch-aware waits, reconnecting.
+ *		The per-backend Redis connection, as the rest of slidewin sees it:
+ *		send a command where slidewin.redis_url points (redis_route.c: one
+ *		server, or the master the sentinels name) over one connection
+ *		(redis_conn.c: socket or TLS, latch-aware waits), reconnecting.
  *
  * This layer moves bytes. It never decides what a failure means for
  * admission; it reports what happened and lets the caller choose.

@@ -1,0 +1,305 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis_route.c
+ *		Which server to talk to: the one slidewin.redis_url names, or the
+ *		master that the sentinels name; and the entry point that sends a
+ *		command there, connecting first when needed.
+ *
+ * The bytes move in redis_conn.c (one connection: socket or TLS, waits,
+ * timeouts, logging in); this file decides where that connection goes and
+ * when a call may try again on a new one: once, after a kept connection
+ * turned out dead, or under Sentinel after the server said READONLY.
+ * Policy and stores see neither file, only redis_exec's result.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "utils/timestamp.h"
+
+#include "redis_conn.h"
+#include "redis_link.h"
+
+RedisTarget redis_target;
+bool		redis_target_set = false;
+static uint32 current_target_id = 0;
+static RedisPipelineHook pipeline_hook = NULL;
+
+/* Bumped whenever the target changes, so that callers can tell (see policy.c). */
+uint64		redis_target_generation = 0;
+
+/* The credentials may have changed: the next call connects and logs in anew. */
+void
+redis_credentials_changed(void)
+{
+	redis_target_generation++;
+	redis_disconnect();
+}
+
+void
+redis_set_target(const RedisTarget *t)
+{
+	if (t == NULL)
+	{
+		redis_target_set = false;
+		redis_target_generation++;
+		current_target_id = 0;
+		redis_disconnect();
+		return;
+	}
+	if (redis_target_set && memcmp(&redis_target, t, sizeof(redis_target)) == 0)
+		return;
+	redis_target = *t;
+	redis_target_set = true;
+	redis_target_generation++;
+	current_target_id = hash_bytes((const unsigned char *) &redis_target, sizeof(redis_target));
+	if (current_target_id == 0)
+		current_target_id = 1;
+	/* The next call connects to the new place. */
+	redis_disconnect();
+}
+
+/* ---------------------------------------------------------------------
+ * Sentinel: which server is the master
+ *
+ * The client protocol of Redis Sentinel: ask the sentinels in turn, each
+ * within the timeouts, for the master's address (SENTINEL
+ * GET-MASTER-ADDR-BY-NAME), starting with the one that answered last time;
+ * connect there and confirm with ROLE that it is a master. A master is never
+ * kept across a reconnect: every connection asks again, so a failover is
+ * followed at the next connection. The circuit breaker (policy.c) sees the
+ * whole discovery as one attempt.
+ * ---------------------------------------------------------------------
+ */
+char	   *slidewin_redis_sentinel_password = NULL;
+static int	sentinel_first = 0;
+
+/* One sentinel's answer for the master's address; false with a cause. */
+static bool
+ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   slidewin_connect_timeout);
+	const char *argv[3] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", redis_target.master};
+	size_t		lens[3] = {8, 23, strlen(redis_target.master)};
+	redisReply *r;
+	const char *why = NULL;
+	bool		ok;
+
+	if (!redis_link_open_server(s->host, s->port, "the sentinel ", deadline, result))
+		return false;
+	if (slidewin_redis_sentinel_password && slidewin_redis_sentinel_password[0])
+	{
+		const char *auth[2] = {"AUTH", slidewin_redis_sentinel_password};
+
+		if (!redis_link_setup_command(2, auth, result))
+		{
+			redis_link_close();
+			return false;
+		}
+	}
+	r = redis_link_command(3, argv, lens, "a sentinel could not say where the master is", result);
+	redis_link_close();
+	if (r == NULL)
+		return false;
+	ok = redis_sentinel_master_reply(r, master, &why);
+	freeReplyObject(r);
+	if (!ok)
+	{
+		char		where[300];
+
+		snprintf(where, sizeof(where), "a sentinel at %s:%d could not say where master \"%s\" is",
+				 s->host, s->port, redis_target.master);
+		redis_link_message(result, RS_FAIL_CONNECT, where, why);
+		return false;
+	}
+	return true;
+}
+
+/* Is the server we are logged in to a master? */
+static bool
+check_master(RedisResult *result)
+{
+	const char *argv[1] = {"ROLE"};
+	size_t		lens[1] = {4};
+	redisReply *r;
+	bool		master;
+
+	r = redis_link_command(1, argv, lens, "could not ask the server its role (ROLE)", result);
+	if (r == NULL)
+		return false;
+	master = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+		r->element[0]->type == REDIS_REPLY_STRING &&
+		r->element[0]->len == 6 && memcmp(r->element[0]->str, "master", 6) == 0;
+	freeReplyObject(r);
+	if (!master)
+		redis_link_message(result, RS_FAIL_CONNECT, "the server the sentinels named is not a master",
+					"It reports another role; a failover is under way.");
+	return master;
+}
+
+/* Find the master through the sentinels, connect, log in, confirm it. */
+static bool
+connect_sentinel(RedisResult *result)
+{
+	/* once, and once more if the server named is not (or no longer) a master */
+	for (int round = 0; round < 2; round++)
+	{
+		RedisHostPort master;
+		bool		found = false;
+
+		for (int k = 0; k < redis_target.nsentinels && !found; k++)
+		{
+			int			i = (sentinel_first + k) % redis_target.nsentinels;
+
+			if (ask_sentinel(&redis_target.sentinels[i], &master, result))
+			{
+				sentinel_first = i;
+				found = true;
+			}
+		}
+		if (!found)
+			return false;
+		if (redis_link_open_server(master.host, master.port, "",
+						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													slidewin_connect_timeout),
+						result) &&
+			redis_link_log_in(master.host, master.port, result) && check_master(result))
+			return true;
+		redis_link_close();
+	}
+	return false;
+}
+
+static bool
+connect_redis(RedisResult *result)
+{
+	bool		connected;
+
+	if (!redis_target_set)
+	{
+		redis_link_message(result, RS_FAIL_CONNECT, "slidewin.redis_url is not set", NULL);
+		return false;
+	}
+
+	if (!redis_link_reserve_fd(result))
+		return false;
+
+	if (redis_target.nsentinels > 0)
+		connected = connect_sentinel(result);
+	else if (redis_target.is_unix)
+		connected = redis_link_open_socket(redis_target.path, 0, redis_target.path,
+								TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															slidewin_connect_timeout),
+								result) &&
+			redis_link_log_in(redis_target.path, 0, result);
+	else
+		connected = redis_link_open_server(redis_target.host, redis_target.port, "",
+								TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															slidewin_connect_timeout),
+								result) &&
+			redis_link_log_in(redis_target.host, redis_target.port, result);
+	if (!connected)
+	{
+		redis_disconnect();
+		return false;
+	}
+	redis_link_opened();
+	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * The entry point
+ * ---------------------------------------------------------------------
+ */
+
+void
+redis_exec(int argc, const char **argv, const size_t *argvlen,
+		   RedisResult *result)
+{
+	bool		reused;
+	RedisStatus st;
+
+	result->status = RS_OK;
+	result->reply = NULL;
+	result->message[0] = '\0';
+
+	PG_TRY();
+	{
+		for (int attempt = 0;; attempt++)
+		{
+			reused = redis_link_is_open();
+			if (!reused && !connect_redis(result))
+				break;
+
+			/* Whatever was pipelined goes first, and its replies are read. */
+			st = pipeline_hook ? pipeline_hook(result) : RS_OK;
+			if (st == RS_OK && argc > 0)
+				st = redis_link_exchange(argc, argv, argvlen,
+							  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  slidewin_command_timeout),
+							  result);
+			/*
+			 * Under Sentinel, READONLY means the server is no longer the
+			 * master (a failover): ask the sentinels again, once, now.
+			 */
+			if (st == RS_FAIL_REPLY && redis_target.nsentinels > 0 && attempt == 0 &&
+				strncmp(result->reply->str, "READONLY", 8) == 0)
+			{
+				freeReplyObject(result->reply);
+				result->reply = NULL;
+				redis_disconnect();
+				continue;
+			}
+			if (st == RS_OK || st == RS_FAIL_REPLY)
+				break;
+
+			/* Anything else leaves the connection in an unknown state. */
+			if (result->reply)
+			{
+				freeReplyObject(result->reply);
+				result->reply = NULL;
+			}
+			redis_disconnect();
+
+			/*
+			 * A connection kept from an earlier call may have gone stale
+			 * (Redis restarted, CLIENT KILL). Try once more on a fresh one.
+			 * A timeout is not retried: that would double the wait.
+			 */
+			if (!(st == RS_FAIL_IO && reused && attempt == 0))
+				break;
+		}
+	}
+	PG_CATCH();
+	{
+		/* Interrupted mid-exchange: the connection cannot be trusted. */
+		if (result->reply)
+		{
+			freeReplyObject(result->reply);
+			result->reply = NULL;
+		}
+		redis_disconnect();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+void
+redis_set_pipeline_hook(RedisPipelineHook hook)
+{
+	pipeline_hook = hook;
+}
+
+uint32
+redis_target_id(void)
+{
+	return current_target_id;
+}
+
+void
+redis_sync(RedisResult *result)
+{
+	redis_exec(0, NULL, NULL, result);
+}
