@@ -63,7 +63,13 @@ typedef struct RedisConn
 	char		peer[300];		/* the server being opened or open, for messages */
 } RedisConn;
 
-static RedisConn conn;
+/*
+ * One link per server: a single one for a single server or Sentinel, one
+ * per node under Redis Cluster. `cur` is the one the functions below act
+ * on; redis_route.c selects it.
+ */
+static RedisConn links[REDIS_MAX_LINKS];
+static RedisConn *cur = &links[0];
 static uint64 connections_opened = 0;
 
 /* Where to connect; copied from the GUC's parsed value by its assign hook. */
@@ -82,37 +88,57 @@ typedef enum WaitOutcome
 void
 redis_link_close(void)
 {
-	if (conn.ssl)
+	if (cur->ssl)
 	{
-		tls_close(conn.ssl);
-		conn.ssl = NULL;
+		tls_close(cur->ssl);
+		cur->ssl = NULL;
 	}
-	if (conn.wes)
+	if (cur->wes)
 	{
-		FreeWaitEventSet(conn.wes);
-		conn.wes = NULL;
+		FreeWaitEventSet(cur->wes);
+		cur->wes = NULL;
 	}
-	if (conn.ctx)
+	if (cur->ctx)
 	{
-		redisFree(conn.ctx);
-		conn.ctx = NULL;
+		redisFree(cur->ctx);
+		cur->ctx = NULL;
 	}
-	conn.mid_exchange = false;
-	conn.peer[0] = '\0';
+	cur->mid_exchange = false;
+	cur->peer[0] = '\0';
 }
 
+/* Close the current link and give its fd slot back. */
+void
+redis_link_drop(void)
+{
+	redis_link_close();
+	if (cur->fd_reserved)
+	{
+		ReleaseExternalFD();
+		cur->fd_reserved = false;
+	}
+	cur->mid_exchange = false;
+	cur->pipelined = 0;
+	cur->id = 0;
+}
+
+/* Close every link; the first is current again. */
 void
 redis_disconnect(void)
 {
-	redis_link_close();
-	if (conn.fd_reserved)
+	for (int i = 0; i < REDIS_MAX_LINKS; i++)
 	{
-		ReleaseExternalFD();
-		conn.fd_reserved = false;
+		cur = &links[i];
+		redis_link_drop();
 	}
-	conn.mid_exchange = false;
-	conn.pipelined = 0;
-	conn.id = 0;
+	cur = &links[0];
+}
+
+void
+redis_link_select(int i)
+{
+	Assert(i >= 0 && i < REDIS_MAX_LINKS);
+	cur = &links[i];
 }
 
 /* Wait until the socket is ready for `events`, the deadline passes, or an
@@ -120,10 +146,10 @@ redis_disconnect(void)
 static WaitOutcome
 wait_socket(uint32 events, TimestampTz deadline)
 {
-	if (conn.sock_events != events)
+	if (cur->sock_events != events)
 	{
-		ModifyWaitEvent(conn.wes, conn.sock_pos, events, NULL);
-		conn.sock_events = events;
+		ModifyWaitEvent(cur->wes, cur->sock_pos, events, NULL);
+		cur->sock_events = events;
 	}
 
 	for (;;)
@@ -136,7 +162,7 @@ wait_socket(uint32 events, TimestampTz deadline)
 		if (timeout <= 0)
 			return WAIT_TIMEOUT;
 
-		n = WaitEventSetWait(conn.wes, timeout, &ev, 1, PG_WAIT_EXTENSION);
+		n = WaitEventSetWait(cur->wes, timeout, &ev, 1, PG_WAIT_EXTENSION);
 		if (n == 0)
 			continue;			/* loop re-checks the deadline */
 		if (ev.events & WL_LATCH_SET)
@@ -173,14 +199,14 @@ would_block(int e)
 static int
 conn_send(int *wait, char *err, size_t errsize)
 {
-	redisContext *c = conn.ctx;
+	redisContext *c = cur->ctx;
 
 	while (sdslen(c->obuf) > 0)
 	{
 		ssize_t		n;
 
-		if (conn.ssl)
-			n = tls_write(conn.ssl, c->obuf, sdslen(c->obuf), wait, err, errsize);
+		if (cur->ssl)
+			n = tls_write(cur->ssl, c->obuf, sdslen(c->obuf), wait, err, errsize);
 		else
 		{
 			n = write(c->fd, c->obuf, sdslen(c->obuf));
@@ -210,11 +236,11 @@ conn_recv(int *wait, char *err, size_t errsize)
 	char		buf[READ_CHUNK];
 	ssize_t		n;
 
-	if (conn.ssl)
-		n = tls_read(conn.ssl, buf, sizeof(buf), wait, err, errsize);
+	if (cur->ssl)
+		n = tls_read(cur->ssl, buf, sizeof(buf), wait, err, errsize);
 	else
 	{
-		n = read(conn.ctx->fd, buf, sizeof(buf));
+		n = read(cur->ctx->fd, buf, sizeof(buf));
 		if (n == 0)
 		{
 			snprintf(err, errsize, "the server closed the connection");
@@ -231,9 +257,9 @@ conn_recv(int *wait, char *err, size_t errsize)
 			return -1;
 		}
 	}
-	if (n > 0 && redisReaderFeed(conn.ctx->reader, buf, n) != REDIS_OK)
+	if (n > 0 && redisReaderFeed(cur->ctx->reader, buf, n) != REDIS_OK)
 	{
-		snprintf(err, errsize, "%s", conn.ctx->reader->errstr);
+		snprintf(err, errsize, "%s", cur->ctx->reader->errstr);
 		return -1;
 	}
 	return n;
@@ -248,7 +274,7 @@ conn_recv(int *wait, char *err, size_t errsize)
 static bool
 conn_pending(void)
 {
-	return conn.ssl != NULL && tls_pending(conn.ssl);
+	return cur->ssl != NULL && tls_pending(cur->ssl);
 }
 
 /*
@@ -260,7 +286,7 @@ RedisStatus
 redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 		 TimestampTz deadline, RedisResult *result)
 {
-	redisContext *c = conn.ctx;
+	redisContext *c = cur->ctx;
 	void	   *reply = NULL;
 	int			done = 0;
 	size_t		received = 0;
@@ -268,13 +294,13 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 	char		ioerr[256];
 	int			wait_for = WL_SOCKET_READABLE;
 
-	if (conn.pipelined > 0)
+	if (cur->pipelined > 0)
 	{
 		/* The next reply belongs to a pipelined command: not ours to read. */
 		redis_link_message(result, RS_FAIL_IO, "replies to pipelined commands are still owed", NULL);
 		return RS_FAIL_IO;
 	}
-	conn.mid_exchange = true;
+	cur->mid_exchange = true;
 	if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK)
 	{
 		redis_link_message(result, RS_FAIL_IO, "could not format command", c->errstr);
@@ -352,7 +378,7 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 		received += n;
 	}
 
-	conn.mid_exchange = false;
+	cur->mid_exchange = false;
 	result->reply = (redisReply *) reply;
 	if (result->reply->type == REDIS_REPLY_ERROR)
 	{
@@ -631,12 +657,12 @@ resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
 static bool
 tls_start(const char *name, TimestampTz deadline, char *err, size_t errsize)
 {
-	conn.ssl = tls_open(conn.ctx->fd, name, err, errsize);
-	if (conn.ssl == NULL)
+	cur->ssl = tls_open(cur->ctx->fd, name, err, errsize);
+	if (cur->ssl == NULL)
 		return false;
 	for (;;)
 	{
-		int			rc = tls_handshake(conn.ssl, err, errsize);
+		int			rc = tls_handshake(cur->ssl, err, errsize);
 
 		if (rc == 0)
 			return true;
@@ -660,11 +686,11 @@ redis_link_open_socket(const char *addr, int port, const char *name, TimestampTz
 	const char *why = NULL;
 	char		tlserr[512];
 
-	conn.ctx = port == 0 ? redisConnectUnixNonBlock(addr) : redisConnectNonBlock(addr, port);
-	if (conn.ctx == NULL || conn.ctx->err)
+	cur->ctx = port == 0 ? redisConnectUnixNonBlock(addr) : redisConnectNonBlock(addr, port);
+	if (cur->ctx == NULL || cur->ctx->err)
 	{
 		redis_link_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
-					conn.ctx ? conn.ctx->errstr : "out of memory");
+					cur->ctx ? cur->ctx->errstr : "out of memory");
 		goto fail;
 	}
 
@@ -680,16 +706,16 @@ redis_link_open_socket(const char *addr, int port, const char *name, TimestampTz
 		goto fail;
 	}
 	ReleaseExternalFD();
-	conn.wes = CreateWaitEventSet(TopMemoryContext, 3);
-	AddWaitEventToSet(conn.wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(conn.wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	conn.sock_pos = AddWaitEventToSet(conn.wes, WL_SOCKET_WRITEABLE,
-									  conn.ctx->fd, NULL, NULL);
-	conn.sock_events = WL_SOCKET_WRITEABLE;
+	cur->wes = CreateWaitEventSet(TopMemoryContext, 3);
+	AddWaitEventToSet(cur->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(cur->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	cur->sock_pos = AddWaitEventToSet(cur->wes, WL_SOCKET_WRITEABLE,
+									  cur->ctx->fd, NULL, NULL);
+	cur->sock_events = WL_SOCKET_WRITEABLE;
 
 	if (wait_socket(WL_SOCKET_WRITEABLE, deadline) == WAIT_TIMEOUT)
 		why = "The connection attempt timed out (slidewin.connect_timeout).";
-	else if (getsockopt(conn.ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
+	else if (getsockopt(cur->ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
 		why = strerror(soerr ? soerr : errno);
 	else if (redis_target.tls && !tls_start(name, deadline, tlserr, sizeof(tlserr)))
 		why = tlserr;
@@ -775,7 +801,7 @@ redis_link_open_server(const char *host, int port, const char *role, TimestampTz
 	bool		connected = false;
 	struct addrinfo *addrs;
 
-	snprintf(conn.peer, sizeof(conn.peer), "%s%s:%d", role, host, port);
+	snprintf(cur->peer, sizeof(cur->peer), "%s%s:%d", role, host, port);
 	addrs = resolve_host(host, deadline, result);
 
 	for (struct addrinfo *ai = addrs; ai != NULL && !connected; ai = ai->ai_next)
@@ -870,9 +896,9 @@ redis_link_message(RedisResult *result, RedisStatus status, const char *what,
 	char		addr[300];
 
 	result->status = status;
-	if (status != RS_FAIL_REPLY && conn.peer[0])
+	if (status != RS_FAIL_REPLY && cur->peer[0])
 	{
-		snprintf(addr, sizeof(addr), " at %s", conn.peer);
+		snprintf(addr, sizeof(addr), " at %s", cur->peer);
 		where = addr;
 	}
 	else if (status != RS_FAIL_REPLY && redis_target_set && redis_target.nsentinels == 0)
@@ -896,13 +922,13 @@ redis_link_message(RedisResult *result, RedisStatus status, const char *what,
 bool
 redis_link_is_open(void)
 {
-	return conn.ctx != NULL;
+	return cur->ctx != NULL;
 }
 
 bool
 redis_link_reserve_fd(RedisResult *result)
 {
-	if (conn.fd_reserved)
+	if (cur->fd_reserved)
 		return true;
 	if (!AcquireExternalFD())
 	{
@@ -910,14 +936,14 @@ redis_link_reserve_fd(RedisResult *result)
 						   "This backend has no file descriptor to spare.");
 		return false;
 	}
-	conn.fd_reserved = true;
+	cur->fd_reserved = true;
 	return true;
 }
 
 void
 redis_link_opened(void)
 {
-	conn.id = ++connections_opened;
+	cur->id = ++connections_opened;
 }
 
 /* ---------------------------------------------------------------------
@@ -937,22 +963,22 @@ redis_link_opened(void)
 uint64
 redis_connection_id(void)
 {
-	return conn.ctx ? conn.id : 0;
+	return cur->ctx ? cur->id : 0;
 }
 
 
 int
 redis_pipelined(void)
 {
-	return conn.ctx ? conn.pipelined : 0;
+	return cur->ctx ? cur->pipelined : 0;
 }
 
 bool
 redis_pipeline_ready(void)
 {
-	if (conn.ctx == NULL)
+	if (cur->ctx == NULL)
 		return false;
-	if (conn.mid_exchange || conn.ctx->err)
+	if (cur->mid_exchange || cur->ctx->err)
 	{
 		/*
 		 * Left in the middle of an exchange by an interrupt that never
@@ -970,12 +996,12 @@ redis_pipeline_append(int argc, const char **argv, const size_t *argvlen)
 {
 	if (!redis_pipeline_ready())
 		return false;
-	if (redisAppendCommandArgv(conn.ctx, argc, argv, argvlen) != REDIS_OK)
+	if (redisAppendCommandArgv(cur->ctx, argc, argv, argvlen) != REDIS_OK)
 	{
 		redis_disconnect();
 		return false;
 	}
-	conn.pipelined++;
+	cur->pipelined++;
 	return true;
 }
 
@@ -1000,7 +1026,7 @@ poll_socket(short events, TimestampTz deadline)
 
 		if (timeout <= 0)
 			return false;
-		p.fd = conn.ctx->fd;
+		p.fd = cur->ctx->fd;
 		p.events = events;
 		p.revents = 0;
 		rc = poll(&p, 1, timeout);
@@ -1038,7 +1064,7 @@ redis_pipeline_push(int budget_ms)
 RedisStatus
 redis_pipeline_write(RedisResult *result)
 {
-	if (conn.ctx == NULL)
+	if (cur->ctx == NULL)
 	{
 		redis_link_message(result, RS_FAIL_IO, "lost the connection to Redis", NULL);
 		return RS_FAIL_IO;
@@ -1084,16 +1110,16 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 	char		ioerr[256];
 
 	*reply = NULL;
-	if (conn.ctx == NULL || conn.pipelined <= 0)
+	if (cur->ctx == NULL || cur->pipelined <= 0)
 	{
 		redis_link_message(result, RS_FAIL_IO, "no reply is owed", NULL);
 		return RS_FAIL_IO;
 	}
 	for (;;)
 	{
-		if (redisGetReplyFromReader(conn.ctx, &r) != REDIS_OK)
+		if (redisGetReplyFromReader(cur->ctx, &r) != REDIS_OK)
 		{
-			redis_link_message(result, RS_FAIL_IO, "could not parse the Redis reply", conn.ctx->errstr);
+			redis_link_message(result, RS_FAIL_IO, "could not parse the Redis reply", cur->ctx->errstr);
 			return RS_FAIL_IO;
 		}
 		if (r != NULL)
@@ -1128,7 +1154,7 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 				wait_for = WL_SOCKET_READABLE;
 		}
 	}
-	conn.pipelined--;
+	cur->pipelined--;
 	*reply = (redisReply *) r;
 	return RS_OK;
 }

@@ -17,12 +17,19 @@
 extern RedisTarget redis_target;
 extern bool redis_target_set;
 
+/* Links a backend may hold: one per cluster node at most. */
+#define REDIS_MAX_LINKS 64
+
+/* Which link the functions below act on (0: the only one outside Cluster). */
+extern void redis_link_select(int i);
 extern bool redis_link_is_open(void);
 /* The file descriptor budget: one slot for the backend's connection. */
 extern bool redis_link_reserve_fd(RedisResult *result);
 /* The connection is set up; it gets a new number (redis_connection_id). */
 extern void redis_link_opened(void);
 extern void redis_link_close(void);
+/* Close the current link and release its file descriptor slot. */
+extern void redis_link_drop(void);
 
 /*
  * Open a connection to host:port, every address of the name in turn, then

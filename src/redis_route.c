@@ -202,7 +202,7 @@ connect_redis(RedisResult *result)
 			redis_link_log_in(redis_target.host, redis_target.port, result);
 	if (!connected)
 	{
-		redis_disconnect();
+		redis_link_drop();
 		return false;
 	}
 	redis_link_opened();
@@ -249,7 +249,7 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 			{
 				freeReplyObject(result->reply);
 				result->reply = NULL;
-				redis_disconnect();
+				redis_link_drop();
 				continue;
 			}
 			if (st == RS_OK || st == RS_FAIL_REPLY)
@@ -261,7 +261,7 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 				freeReplyObject(result->reply);
 				result->reply = NULL;
 			}
-			redis_disconnect();
+			redis_link_drop();
 
 			/*
 			 * A connection kept from an earlier call may have gone stale
@@ -280,7 +280,7 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 			freeReplyObject(result->reply);
 			result->reply = NULL;
 		}
-		redis_disconnect();
+		redis_link_drop();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
