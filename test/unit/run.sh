@@ -65,7 +65,7 @@ if [[ -n ${UNIT_BUILD:-} ]]; then
 	build=$UNIT_BUILD
 	mkdir -p "$build" || exit 1
 else
-	build=$(mktemp -d "${TMPDIR:-/tmp}/slidewin-unit.XXXXXX") || exit 1
+	build=$(mktemp -d -t slidewin-unit.XXXXXX) || exit 1
 	# shellcheck disable=SC2317
 	cleanup() { rm -rf "$build"; }
 	trap cleanup EXIT

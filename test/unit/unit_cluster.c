@@ -648,7 +648,7 @@ test_url(RedisTarget *t)
 	CHECK_URL_REFUSED("redis-sentinel:///m", "The list of sentinels is empty");
 	CHECK_URL_REFUSED("redis-sentinel://a", "master's name is missing");
 	CHECK(url("redis://h:1/3", t, &why) && !t->cluster && t->nseeds == 0 && t->db == 3);
-	CHECK(url("unix:///tmp/r.sock?db=1", t, &why) && !t->cluster && t->is_unix);
+	CHECK(url("unix:///run/redis/r.sock?db=1", t, &why) && !t->cluster && t->is_unix);
 }
 
 int
