@@ -10,13 +10,15 @@
 #   make bench   the benchmark (not part of make test)
 #   make fuzz    build the libFuzzer targets (test/fuzz) and run each for
 #                FUZZ_SECONDS (default 60); make test runs them briefly
+#   make unit    build and run the unit tests of the pure files (test/unit);
+#                no server, no installation; make test runs them too
 #
 # PGXS is included only when pg_config can find it, so that `make demo` and
 # `make test` work on a machine where the server headers are not yet installed:
 # they install them first and then call make again.
 
 MODULE_big = slidewin
-OBJS = src/slidewin.o src/redis_url.o src/redis_tls.o src/redis_conn.o src/redis_route.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o src/policy.o src/enforce.o src/refund.o src/trigger.o src/tenant.o src/deny_cache.o src/reply_check.o src/reply_cap.o src/tenant_kind.o
+OBJS = src/slidewin.o src/redis_url.o src/redis_tls.o src/redis_conn.o src/redis_route.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o src/policy.o src/enforce.o src/refund.o src/trigger.o src/tenant.o src/deny_cache.o src/reply_check.o src/reply_cap.o src/tenant_kind.o src/cluster_slots.o
 EXTENSION = slidewin
 DATA = sql/slidewin--1.0.sql sql/slidewin--1.0--1.1.sql
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Isrc
@@ -48,7 +50,7 @@ ifneq ($(PGXS),)
 $(OBJS): $(wildcard src/*.h)
 endif
 
-.PHONY: deps demo test bench fuzz sanitize valgrind
+.PHONY: deps demo test bench fuzz unit sanitize valgrind
 
 FUZZ_SECONDS ?= 60
 
@@ -82,3 +84,7 @@ bench: deps
 # Built with clang outside PGXS: the targets link only the pure files and hiredis.
 fuzz: deps
 	@bash test/fuzz/run.sh --seconds $(FUZZ_SECONDS)
+
+# Built with cc and the sanitizers outside PGXS, like the fuzzers.
+unit: deps
+	@bash test/unit/run.sh

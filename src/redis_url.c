@@ -153,30 +153,109 @@ parse_hostport(const char *p, const char *end, int default_port,
 }
 
 /*
+ * The sentences for a malformed host list: one set for each scheme that
+ * takes a list, so that the message names what the hosts are for.
+ */
+typedef struct HostListWords
+{
+	const char *empty;			/* no host at all */
+	const char *empty_entry;	/* "a,,b" or "a," */
+	const char *too_many;
+} HostListWords;
+
+static const HostListWords sentinel_words = {
+	"The list of sentinels is empty.",
+	"An entry of the list of sentinels is empty.",
+	"At most 8 sentinels may be listed.",
+};
+
+static const HostListWords seed_words = {
+	"The list of cluster seed nodes is empty.",
+	"An entry of the list of cluster seed nodes is empty.",
+	"At most 16 cluster seed nodes may be listed.",
+};
+
+/*
+ * host[:port][,host[:port]...] in [p, end) into list, at most max entries,
+ * counted in *n.
+ */
+static bool
+parse_host_list(const char *p, const char *end, int default_port,
+				RedisHostPort *list, int max, int *n,
+				const HostListWords *words, const char **why)
+{
+	if (p == end)
+	{
+		*why = words->empty;
+		return false;
+	}
+	while (p < end)
+	{
+		const char *comma = memchr(p, ',', end - p);
+		const char *hend = comma ? comma : end;
+
+		if (hend == p)
+		{
+			*why = words->empty_entry;
+			return false;
+		}
+		if (*n == max)
+		{
+			*why = words->too_many;
+			return false;
+		}
+		if (!parse_hostport(p, hend, default_port, &list[*n], why))
+			return false;
+		(*n)++;
+		if (comma && comma + 1 == end)
+		{
+			*why = words->empty_entry;
+			return false;
+		}
+		p = comma ? comma + 1 : end;
+	}
+	return true;
+}
+
+/*
+ * The "[user]:password@" that may open what follows the scheme. The last
+ * '@' before the first '/' ends it, so that an unencoded '@' in a password
+ * still works. *p steps past it.
+ */
+static bool
+skip_userinfo(const char **p, RedisTarget *t, const char **why)
+{
+	const char *slash = strchr(*p, '/');
+	const char *stop = slash ? slash : *p + strlen(*p);
+	const char *at = NULL;
+
+	for (const char *q = *p; q < stop; q++)
+		if (*q == '@')
+			at = q;
+	if (at == NULL)
+		return true;
+	if (!parse_userinfo(*p, at - *p, t))
+	{
+		*why = "The user or password part is malformed or too long.";
+		return false;
+	}
+	*p = at + 1;
+	return true;
+}
+
+/*
  * redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
  * after the scheme, at p.
  */
 static bool
 parse_sentinel(const char *p, RedisTarget *t, const char **why)
 {
-	const char *slash = strchr(p, '/');
-	const char *at = NULL;
-	const char *hosts;
+	const char *slash;
 	const char *name;
 	const char *name_end;
 
-	for (const char *q = p; q < (slash ? slash : p + strlen(p)); q++)
-		if (*q == '@')
-			at = q;
-	if (at)
-	{
-		if (!parse_userinfo(p, at - p, t))
-		{
-			*why = "The user or password part is malformed or too long.";
-			return false;
-		}
-		p = at + 1;
-	}
+	if (!skip_userinfo(&p, t, why))
+		return false;
 	slash = strchr(p, '/');
 	if (slash == NULL || slash == p)
 	{
@@ -184,32 +263,9 @@ parse_sentinel(const char *p, RedisTarget *t, const char **why)
 			"The master's name is missing: redis-sentinel://host[:port][,host[:port]...]/master_name[/db].";
 		return false;
 	}
-	hosts = p;
-	while (hosts < slash)
-	{
-		const char *comma = memchr(hosts, ',', slash - hosts);
-		const char *hend = comma ? comma : slash;
-
-		if (hend == hosts)
-		{
-			*why = "An entry of the list of sentinels is empty.";
-			return false;
-		}
-		if (t->nsentinels == REDIS_MAX_SENTINELS)
-		{
-			*why = "At most 8 sentinels may be listed.";
-			return false;
-		}
-		if (!parse_hostport(hosts, hend, 26379, &t->sentinels[t->nsentinels], why))
-			return false;
-		t->nsentinels++;
-		if (comma && comma + 1 == slash)
-		{
-			*why = "An entry of the list of sentinels is empty.";
-			return false;
-		}
-		hosts = comma ? comma + 1 : slash;
-	}
+	if (!parse_host_list(p, slash, 26379, t->sentinels, REDIS_MAX_SENTINELS,
+						 &t->nsentinels, &sentinel_words, why))
+		return false;
 	name = slash + 1;
 	name_end = strchr(name, '/');
 	if (name_end == NULL)
@@ -234,8 +290,45 @@ parse_sentinel(const char *p, RedisTarget *t, const char **why)
 }
 
 /*
- * Parse redis://[[user]:password@]host[:port][/db] or
- * unix://[[user]:password@]/path/to/socket[?db=N].
+ * redis-cluster://[[user]:password@]host[:port][,host[:port]...][/0] after
+ * the scheme, at p. The hosts are only where discovery starts: any node
+ * that answers CLUSTER SLOTS names the others. A cluster serves database 0
+ * alone and has no master's name, so a path is accepted only as "/0": a URL
+ * that carries more was most likely written for another scheme, and saying
+ * so beats connecting somewhere else than the user meant.
+ */
+static bool
+parse_cluster(const char *p, RedisTarget *t, const char **why)
+{
+	const char *slash;
+
+	t->cluster = true;
+	if (!skip_userinfo(&p, t, why))
+		return false;
+	slash = strchr(p, '/');
+	if (!parse_host_list(p, slash ? slash : p + strlen(p), 6379, t->seeds,
+						 REDIS_MAX_SEEDS, &t->nseeds, &seed_words, why))
+		return false;
+	if (slash && slash[1] != '\0')
+	{
+		int			db;
+
+		if (!parse_int_range(slash + 1, strlen(slash + 1), 0, 0, &db))
+		{
+			*why = "A cluster URL names no master and no database but 0: after the hosts only \"/0\" may follow.";
+			return false;
+		}
+	}
+	/* the first seed stands in the host fields, for messages */
+	memcpy(t->host, t->seeds[0].host, sizeof(t->host));
+	t->port = t->seeds[0].port;
+	return true;
+}
+
+/*
+ * Parse redis://[[user]:password@]host[:port][/db],
+ * unix://[[user]:password@]/path/to/socket[?db=N] and the sentinel and
+ * cluster schemes above.
  * Runs in a GUC check hook: no palloc'd results, no ereport.
  */
 bool
@@ -253,6 +346,13 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 	{
 		t->tls = true;
 		return parse_sentinel(url + 18, t, why);
+	}
+	if (strncmp(url, "redis-cluster://", 16) == 0)
+		return parse_cluster(url + 16, t, why);
+	if (strncmp(url, "rediss-cluster://", 17) == 0)
+	{
+		t->tls = true;
+		return parse_cluster(url + 17, t, why);
 	}
 	if (strncmp(url, "redis://", 8) == 0 || strncmp(url, "rediss://", 9) == 0)
 	{
@@ -341,7 +441,7 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 		return true;
 	}
 
-	*why = "The URL must start with redis://, rediss://, redis-sentinel://, rediss-sentinel:// or unix://.";
+	*why = "The URL must start with redis://, rediss://, redis-sentinel://, rediss-sentinel://, redis-cluster://, rediss-cluster:// or unix://.";
 	return false;
 }
 

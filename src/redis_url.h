@@ -13,6 +13,9 @@
 /* The most sentinels a redis-sentinel:// URL may list. */
 #define REDIS_MAX_SENTINELS 8
 
+/* The most seed nodes a redis-cluster:// URL may list. */
+#define REDIS_MAX_SEEDS 16
+
 typedef struct RedisHostPort
 {
 	char		host[256];
@@ -23,12 +26,16 @@ typedef struct RedisHostPort
 typedef struct RedisTarget
 {
 	bool		is_unix;
-	bool		tls;			/* rediss://, rediss-sentinel:// */
+	bool		tls;			/* rediss://, rediss-sentinel://, rediss-cluster:// */
 	/* redis-sentinel://: the sentinels and the master's name */
 	int			nsentinels;		/* 0: not a sentinel URL */
 	RedisHostPort sentinels[REDIS_MAX_SENTINELS];
 	char		master[256];
-	char		host[256];
+	/* redis-cluster://: the seed nodes, where slot discovery starts */
+	bool		cluster;
+	int			nseeds;
+	RedisHostPort seeds[REDIS_MAX_SEEDS];
+	char		host[256];			/* the first sentinel or seed, for messages */
 	int			port;
 	char		path[1024];
 	char		user[128];
@@ -40,7 +47,10 @@ typedef struct RedisTarget
  * Parse redis://[[user]:password@]host[:port][/db] (rediss:// for TLS),
  * redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
  * (rediss-sentinel:// for TLS; the hosts are sentinels, port 26379 unless
- * given, and the user and password are the master's) or
+ * given, and the user and password are the master's),
+ * redis-cluster://[[user]:password@]host[:port][,host[:port]...][/0]
+ * (rediss-cluster:// for TLS; the hosts are seed nodes, port 6379 unless
+ * given, and the user and password are every node's) or
  * unix://[[user]:password@]/path/to/socket[?db=N] into *target. On failure
  * returns false with a sentence for errdetail in *why.
  */

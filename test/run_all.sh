@@ -10,10 +10,13 @@
 #               servers through test/perl/SlidewinTest.pm
 #   fuzz        test/fuzz/fuzz_*.c, libFuzzer targets built and run briefly
 #               by test/fuzz/run.sh; no server
+#   unit        test/unit/unit_*.c, standalone programs over the pure files,
+#               built and run by test/unit/run.sh; no server
 #
-# Every regression test, isolation spec, TAP file and fuzz target
-# (test/fuzz/fuzz_*.c, a short run of each) counts as one test, and so do
-# the log scan and the benchmark smoke run (test/bench/run.sh --smoke).  A
+# Every regression test, isolation spec, TAP file, fuzz target
+# (test/fuzz/fuzz_*.c, a short run of each) and unit test counts as one
+# test, and so do the log scan and the benchmark smoke run (test/bench/run.sh
+# --smoke).  A
 # test passes only when its runner says so; one that did not run is a
 # failure, and so is a harness step that could not run (a server that does
 # not start).
@@ -53,7 +56,8 @@
 #   SLIDEWIN_KEEP=1        keep the work directory (logs, data) afterwards
 #   SLIDEWIN_ONLY=REGEX    run only the tests whose names match (egrep); the
 #                          benchmark smoke runs only if "bench" matches, and a
-#                          fuzz target by its name (fuzz_url)
+#                          fuzz target or unit test by its name (fuzz_url,
+#                          unit_cluster)
 #   SLIDEWIN_FUZZ_SECONDS  seconds each fuzz target runs (default 6)
 #   PG_TEST_PORT_DIR       port lock directory shared with other runs (default:
 #                          one per run, so parallel runs only have bind checks)
@@ -197,21 +201,23 @@ mapfile -t regress_tests < <(list_names "$repo/sql" .sql | grep -v '^slidewin--'
 mapfile -t isolation_tests < <(list_names "$repo/test/isolation/specs" .spec)
 mapfile -t tap_tests < <(list_names "$repo/test/t" .pl)
 mapfile -t fuzz_targets < <(list_names "$repo/test/fuzz" .c | grep '^fuzz_')
+mapfile -t unit_tests < <(list_names "$repo/test/unit" .c | grep '^unit_')
 if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
 	mapfile -t regress_tests < <(printf '%s\n' "${regress_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	mapfile -t isolation_tests < <(printf '%s\n' "${isolation_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	mapfile -t tap_tests < <(printf '%s\n' "${tap_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	mapfile -t fuzz_targets < <(printf '%s\n' "${fuzz_targets[@]}" | grep -E -- "$SLIDEWIN_ONLY")
+	mapfile -t unit_tests < <(printf '%s\n' "${unit_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	echo "SLIDEWIN_ONLY=$SLIDEWIN_ONLY: a partial run"
 fi
 
-echo "found ${#regress_tests[@]} regression tests, ${#isolation_tests[@]} isolation specs, ${#tap_tests[@]} TAP files, ${#fuzz_targets[@]} fuzz targets"
+echo "found ${#regress_tests[@]} regression tests, ${#isolation_tests[@]} isolation specs, ${#tap_tests[@]} TAP files, ${#fuzz_targets[@]} fuzz targets, ${#unit_tests[@]} unit tests"
 echo "time limits: ${suite_timeout} s for each pg_regress-style suite (SLIDEWIN_SUITE_TIMEOUT)," \
 	"${PGISOLATIONTIMEOUT} s for one isolation step (PGISOLATIONTIMEOUT), ${tap_timeout} s for each TAP file (SLIDEWIN_TAP_TIMEOUT)"
 if [[ -n ${SLIDEWIN_SERVER_WRAPPER:-} ]]; then
 	echo "servers run under SLIDEWIN_SERVER_WRAPPER=$SLIDEWIN_SERVER_WRAPPER"
 fi
-if ((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_tests[@]} + ${#fuzz_targets[@]} == 0)); then
+if ((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_tests[@]} + ${#fuzz_targets[@]} + ${#unit_tests[@]} == 0)); then
 	finished=1
 	exit
 fi
@@ -421,10 +427,29 @@ run_fuzz_targets() {
 	done
 }
 
+# ---- unit tests -----------------------------------------------------------------
+# Each test/unit/unit_*.c, built with the sanitizers and run once by
+# test/unit/run.sh, counts as one test. They need no server.
+run_unit_tests() {
+	(($# > 0)) || return 0
+	local t
+	banner "unit ($# tests)"
+	for t in "$@"; do
+		if bounded "$work/$t.log" 300 bash "$repo/test/unit/run.sh" "$t"; then
+			grep "^$t:" "$work/$t.log"
+			pass
+		else
+			cat "$work/$t.log"
+			fail "unit: $t"
+		fi
+	done
+}
+
 # An inner pass (valkey, sanitize) tests the server side again; the fuzzers
-# ran once already.
+# and unit tests ran once already.
 if [[ -z $run_label ]]; then
 	run_fuzz_targets "${fuzz_targets[@]}"
+	run_unit_tests "${unit_tests[@]}"
 fi
 
 # ---- server logs ----------------------------------------------------------------

@@ -6,7 +6,8 @@
  *
  * The first byte picks one ('0', '1', '2', modulo 3); the rest is its input.
  * Beyond memory errors it checks what callers rely on: a parsed target's
- * strings end inside their fields, its numbers are in range, and it survives
+ * strings end inside their fields, its numbers are in range, a cluster
+ * target has seeds and nothing of the other schemes, and it survives
  * a round trip through a URL that spells it canonically; a matched password
  * fits its buffer (allocated to the exact size, so an off-by-one shows); and
  * the version parser agrees with a second, independent reading.
@@ -73,6 +74,7 @@ format_target(const RedisTarget *t, char *out)
 
 	o += sprintf(o, "%s", t->is_unix ? "unix://" :
 				 t->nsentinels > 0 ? (t->tls ? "rediss-sentinel://" : "redis-sentinel://") :
+				 t->cluster ? (t->tls ? "rediss-cluster://" : "redis-cluster://") :
 				 t->tls ? "rediss://" : "redis://");
 	if (t->user[0] || t->password[0])
 	{
@@ -95,6 +97,21 @@ format_target(const RedisTarget *t, char *out)
 				o += sprintf(o, "%s:%d", h->host, h->port);
 		}
 		o += sprintf(o, "/%s/%d", t->master, t->db);
+	}
+	else if (t->cluster)
+	{
+		for (int i = 0; i < t->nseeds; i++)
+		{
+			const RedisHostPort *h = &t->seeds[i];
+
+			if (i > 0)
+				*o++ = ',';
+			if (strchr(h->host, ':') || h->host[0] == '[')
+				o += sprintf(o, "[%s]:%d", h->host, h->port);
+			else
+				o += sprintf(o, "%s:%d", h->host, h->port);
+		}
+		o += sprintf(o, "/0");
 	}
 	else if (t->is_unix)
 	{
@@ -137,6 +154,19 @@ fuzz_parse_url(const uint8_t *data, size_t size)
 		}
 		CHECK(ends_inside(t->master, sizeof(t->master)));
 		CHECK((t->nsentinels > 0) == (t->master[0] != '\0'));
+		CHECK(t->nseeds >= 0 && t->nseeds <= REDIS_MAX_SEEDS);
+		CHECK(t->cluster == (t->nseeds > 0));
+		if (t->cluster)
+		{
+			CHECK(t->nsentinels == 0 && t->db == 0 && !t->is_unix);
+			for (int i = 0; i < t->nseeds; i++)
+			{
+				CHECK(ends_inside(t->seeds[i].host, sizeof(t->seeds[i].host)));
+				CHECK(t->seeds[i].host[0] != '\0');
+				CHECK(t->seeds[i].port >= 1 && t->seeds[i].port <= 65535);
+			}
+			CHECK(strcmp(t->host, t->seeds[0].host) == 0 && t->port == t->seeds[0].port);
+		}
 		if (t->is_unix)
 			CHECK(t->path[0] == '/' && t->host[0] == '\0');
 		else

@@ -6,8 +6,8 @@
 # TARGET is a name such as url (test/fuzz/fuzz_url.c); the default is every
 # target. Each target is built with clang-14 and -fsanitize=fuzzer,address,
 # undefined from its fuzz_NAME.c plus slidewin's pure files (src/redis_url.c,
-# src/reply_check.c, src/reply_cap.c, src/tenant_kind.c) and hiredis: no
-# PGXS, no server. A rebuild happens only when a source is newer than the
+# src/reply_check.c, src/reply_cap.c, src/tenant_kind.c,
+# src/cluster_slots.c) and hiredis: no PGXS, no server. A rebuild happens only when a source is newer than the
 # build.
 #
 # Each run starts from a scratch copy of test/fuzz/corpus/NAME/, so the
@@ -71,7 +71,7 @@ if [[ -z ${PG_CONFIG:-} ]]; then
 	fi
 fi
 
-pure=(redis_url reply_check reply_cap tenant_kind)
+pure=(redis_url reply_check reply_cap tenant_kind cluster_slots)
 if ((${#targets[@]} == 0)); then
 	for f in "$here"/fuzz_*.c; do
 		[[ -f $f ]] || continue
