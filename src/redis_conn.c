@@ -976,7 +976,8 @@ redis_pipelined(void)
 bool
 redis_pipeline_ready(void)
 {
-	if (cur->ctx == NULL)
+	/* Redis Cluster: no pipeline, the routed hook sends instead */
+	if (cur->ctx == NULL || redis_target_is_cluster())
 		return false;
 	if (cur->mid_exchange || cur->ctx->err)
 	{

@@ -76,6 +76,14 @@ extern void redis_disconnect(void);
 typedef RedisStatus (*RedisPipelineHook) (RedisResult *result);
 
 extern void redis_set_pipeline_hook(RedisPipelineHook hook);
+
+/*
+ * Under Redis Cluster no pipeline is kept (redis_pipeline_ready is false):
+ * this hook runs instead, before each command, and sends what it has
+ * queued through redis_exec, routed like any command. redis_exec does not
+ * run it again from inside itself.
+ */
+extern void redis_set_routed_hook(RedisPipelineHook hook);
 extern bool redis_pipeline_ready(void);
 extern bool redis_pipeline_append(int argc, const char **argv, const size_t *argvlen);
 extern bool redis_pipeline_push(int budget_ms);
@@ -95,6 +103,9 @@ extern void redis_sync(RedisResult *result);
  * that a caller can tell that replies owed on an earlier one are lost.
  */
 extern uint64 redis_connection_id(void);
+/* Does slidewin.redis_url name a Redis Cluster (redis-cluster://)? */
+extern bool redis_target_is_cluster(void);
+
 /* Which server slidewin.redis_url names (0: none); changes with the URL. */
 extern uint32 redis_target_id(void);
 

@@ -18,6 +18,7 @@
 #include "common/hashfn.h"
 #include "utils/timestamp.h"
 
+#include "redis_cluster.h"
 #include "redis_conn.h"
 #include "redis_link.h"
 
@@ -25,6 +26,8 @@ RedisTarget redis_target;
 bool		redis_target_set = false;
 static uint32 current_target_id = 0;
 static RedisPipelineHook pipeline_hook = NULL;
+static RedisPipelineHook routed_hook = NULL;
+static bool in_routed_hook = false;
 
 /* Bumped whenever the target changes, so that callers can tell (see policy.c). */
 uint64		redis_target_generation = 0;
@@ -35,6 +38,7 @@ redis_credentials_changed(void)
 {
 	redis_target_generation++;
 	redis_disconnect();
+	redis_cluster_forget();
 }
 
 void
@@ -46,6 +50,7 @@ redis_set_target(const RedisTarget *t)
 		redis_target_generation++;
 		current_target_id = 0;
 		redis_disconnect();
+		redis_cluster_forget();
 		return;
 	}
 	if (redis_target_set && memcmp(&redis_target, t, sizeof(redis_target)) == 0)
@@ -58,6 +63,13 @@ redis_set_target(const RedisTarget *t)
 		current_target_id = 1;
 	/* The next call connects to the new place. */
 	redis_disconnect();
+	redis_cluster_forget();
+}
+
+bool
+redis_target_is_cluster(void)
+{
+	return redis_target_set && redis_target.cluster;
 }
 
 /* ---------------------------------------------------------------------
@@ -225,6 +237,36 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 	result->reply = NULL;
 	result->message[0] = '\0';
 
+	if (redis_target_is_cluster())
+	{
+		PG_TRY();
+		{
+			RedisStatus st = RS_OK;
+
+			if (routed_hook && !in_routed_hook)
+			{
+				in_routed_hook = true;
+				st = routed_hook(result);
+				in_routed_hook = false;
+			}
+			if (st == RS_OK && argc > 0)
+				redis_cluster_exec(argc, argv, argvlen, result);
+		}
+		PG_CATCH();
+		{
+			in_routed_hook = false;
+			if (result->reply)
+			{
+				freeReplyObject(result->reply);
+				result->reply = NULL;
+			}
+			redis_link_drop();
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		return;
+	}
+
 	PG_TRY();
 	{
 		for (int attempt = 0;; attempt++)
@@ -290,6 +332,12 @@ void
 redis_set_pipeline_hook(RedisPipelineHook hook)
 {
 	pipeline_hook = hook;
+}
+
+void
+redis_set_routed_hook(RedisPipelineHook hook)
+{
+	routed_hook = hook;
 }
 
 uint32

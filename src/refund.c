@@ -498,6 +498,56 @@ pipeline_hook(RedisResult *result)
 }
 
 /*
+ * Under Redis Cluster the refunds cannot share one pipeline: each goes to
+ * the node that serves its key. Nothing is pushed in abort then
+ * (redis_pipeline_ready says no), and this hook, which redis_exec runs
+ * before each command, sends the queued refunds one at a time, each routed
+ * like any command, and settles each reply. A refund Redis cannot take now
+ * stays queued, and the call that ran the hook follows its policy.
+ */
+static RedisStatus
+routed_hook(RedisResult *result)
+{
+	int64		dummy;
+	char		now[24];
+	uint32		target = redis_target_id();
+
+	if (q_head == n_queue)
+		return RS_OK;
+	(void) limit_test_clock(&dummy);	/* parse it here, where that may ERROR */
+	drop_foreign();
+	if (!redis_store_refund_clock(now, sizeof(now)))
+		return RS_OK;
+	for (int i = q_head; i < n_queue; i++)
+	{
+		RefundEntry *e = queue[i];
+		RedisResult r;
+
+		if (e->state != ENTRY_PENDING || e->target != target)
+			continue;
+		redis_store_refund_exec(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
+								e->ts, e->cost, e->win_us, now, &r);
+		if (r.status != RS_OK && r.status != RS_FAIL_REPLY)
+		{
+			if (r.reply)
+				freeReplyObject(r.reply);
+			result->status = r.status;
+			strlcpy(result->message, r.message, sizeof(result->message));
+			return r.status;
+		}
+		e->state = ENTRY_SENT;
+		e->ever_sent = true;
+		n_sent++;
+		settle(e, r.reply, WARNING);
+		freeReplyObject(r.reply);
+		CHECK_FOR_INTERRUPTS();
+	}
+	compact_queue();
+	reset_if_idle();
+	return RS_OK;
+}
+
+/*
  * Settle the refunds queued now, in normal context (a statement-level
  * trigger giving back its admissions before raising its denial).
  */
@@ -673,6 +723,7 @@ refund_init(void)
 	RegisterXactCallback(xact_callback, NULL);
 	RegisterSubXactCallback(subxact_callback, NULL);
 	redis_set_pipeline_hook(pipeline_hook);
+	redis_set_routed_hook(routed_hook);
 }
 
 void

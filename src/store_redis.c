@@ -27,14 +27,41 @@
 char	   *slidewin_key_prefix = NULL;
 
 /*
+ * FNV-1a, 32 bits: fixed by its definition, so that every server computes
+ * the same hash tag for a key whatever its platform.
+ */
+static uint32
+fnv1a32(const char *p, size_t len)
+{
+	uint32		h = 2166136261u;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		h ^= (unsigned char) p[i];
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/*
  * The Redis key for a user key: the prefix, a tag naming the data structure,
  * then the key itself. The tag keeps algorithms from reading each other's data.
+ *
+ * Under Redis Cluster a hash tag follows the prefix: "{" eight hex digits of
+ * the user key's FNV-1a "}". Every key slidewin writes for one user key (each
+ * algorithm's, and the logs' ledgers) then shares everything up to and
+ * including that "}", and the tag's digits hold no brace, so they all hash to
+ * one slot whatever braces the user key or the prefix contain: a prefix with
+ * a complete {tag} of its own puts every limiter in its slot, still one slot
+ * per limiter, and a lone "{" in the prefix only lengthens the tag.
  */
 static void
 build_key(StringInfo buf, const char *tag, const RlArgs *args)
 {
 	initStringInfo(buf);
 	appendStringInfoString(buf, slidewin_key_prefix ? slidewin_key_prefix : "");
+	if (redis_target_is_cluster())
+		appendStringInfo(buf, "{%08x}", fnv1a32(args->key, args->keylen));
 	appendStringInfoString(buf, tag);
 	appendStringInfoChar(buf, ':');
 	appendBinaryStringInfo(buf, args->key, args->keylen);
@@ -410,6 +437,28 @@ redis_store_refund_append(const char *rkey, int rkeylen, const char *lkey, int l
 	keylens[1] = lkeylen;
 	argc = script_command(SCRIPT_LOG_REFUND, eval, 2, keys, keylens, 4, args, argv, lens);
 	return redis_pipeline_append(argc, argv, lens);
+}
+
+/*
+ * The same refund as redis_store_refund_append, sent now and routed like
+ * any command (Redis Cluster: to the node of its key), its reply in *r.
+ */
+void
+redis_store_refund_exec(const char *rkey, int rkeylen, const char *lkey, int lkeylen,
+						int64 ts, int64 cost, int64 win_us, const char *now,
+						RedisResult *r)
+{
+	char		tsbuf[24],
+				costbuf[24],
+				winbuf[24];
+	const char *args[4] = {tsbuf, costbuf, winbuf, now};
+	const char *keys[2] = {rkey, lkey};
+	size_t		keylens[2] = {rkeylen, lkeylen};
+
+	snprintf(tsbuf, sizeof(tsbuf), INT64_FORMAT, ts);
+	snprintf(costbuf, sizeof(costbuf), INT64_FORMAT, cost);
+	snprintf(winbuf, sizeof(winbuf), INT64_FORMAT, win_us);
+	script_run(SCRIPT_LOG_REFUND, 2, keys, keylens, 4, args, r);
 }
 
 RefundVerdict

@@ -34,6 +34,9 @@ extern bool redis_store_refund_append(const char *rkey, int rkeylen,
 									  const char *lkey, int lkeylen,
 									  int64 ts, int64 cost, int64 win_us,
 									  const char *now, bool eval);
+extern void redis_store_refund_exec(const char *rkey, int rkeylen, const char *lkey,
+									int lkeylen, int64 ts, int64 cost, int64 win_us,
+									const char *now, RedisResult *r);
 extern RefundVerdict redis_store_refund_verdict(const redisReply *reply);
 extern void redis_store_refund_describe(const redisReply *reply, char *buf, size_t size);
 /* The Redis keys of a user key's log and of its ledger of refunds (palloc'd). */
