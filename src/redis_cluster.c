@@ -13,8 +13,10 @@
  * leaves the map alone. A call follows at most CLUSTER_MAX_REDIRECTS
  * redirections, all within one deadline; past that, or when a node cannot
  * be reached, the call fails as "Redis cannot answer now" and its policy
- * applies. Error replies that say the same (TRYAGAIN, CLUSTERDOWN, LOADING,
- * MASTERDOWN) reach the caller as replies, which store_redis.c treats so.
+ * applies. TRYAGAIN is waited out, 10 ms at a time, within the same
+ * deadline. Error replies that say "not now" (TRYAGAIN past the deadline,
+ * CLUSTERDOWN, LOADING, MASTERDOWN) reach the caller as replies, which
+ * store_redis.c treats so.
  *
  * The pure rules (slots, the map's reply, redirections) are in
  * cluster_slots.c, unit tested and fuzzed.
@@ -23,6 +25,9 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "utils/timestamp.h"
 
 #include "cluster_slots.h"
@@ -31,6 +36,7 @@
 
 #define CLUSTER_MAX_REDIRECTS 5
 #define CLUSTER_REFRESH_MS 250
+#define CLUSTER_TRYAGAIN_MS 10
 
 static ClusterMap *map = NULL;		/* malloc'd once, 49 kB */
 static ClusterMap *scratch = NULL;	/* a refresh is read here first */
@@ -306,6 +312,24 @@ redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
 			asking = rd.ask;
 			strlcpy(host, rd.to.host, sizeof(host));
 			port = rd.to.port;
+			continue;
+		}
+		/*
+		 * TRYAGAIN: a command naming several keys, some of them missing,
+		 * met a slot being migrated. Redis says to wait a little: within
+		 * the call's deadline, interruptibly; then the reply stands.
+		 */
+		if (st == RS_FAIL_REPLY &&
+			cluster_reply_is(result->reply->str, result->reply->len, "TRYAGAIN") &&
+			GetCurrentTimestamp() + CLUSTER_TRYAGAIN_MS * 1000 < deadline)
+		{
+			freeReplyObject(result->reply);
+			result->reply = NULL;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 CLUSTER_TRYAGAIN_MS, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			hop--;				/* not a redirection */
 			continue;
 		}
 		if (st == RS_OK || st == RS_FAIL_REPLY)

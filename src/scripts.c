@@ -43,6 +43,10 @@
 
 #define LUA_PRELUDE \
 "local function fmt(n) return string.format('%.0f', n) end\n" \
+"-- Under Redis Cluster the ledger is kept next to the log (keep: its key,\n" \
+"-- else false), so that a limiter's keys are all there or all absent, as a\n" \
+"-- slot being migrated requires of a command that names several keys.\n" \
+"local keep = false\n" \
 "local function clock(arg)\n" \
 "  if arg ~= '' then return tonumber(arg) end\n" \
 "  local t = redis.call('TIME')\n" \
@@ -117,7 +121,7 @@
 "    redis.call('ZADD', key, '-inf', old[1])\n" \
 "    if lk then\n" \
 "      redis.call('ZREMRANGEBYSCORE', lk, '-inf', fmt(cutoff))\n" \
-"      if rb > 0 then redis.call('ZADD', lk, '-inf', fmt(rb)) end\n" \
+"      if rb > 0 or keep then redis.call('ZADD', lk, '-inf', fmt(rb)) end\n" \
 "    end\n" \
 "  end\n" \
 "  return tonumber(old[1]), 1, rb\n" \
@@ -156,6 +160,7 @@
 "    end\n" \
 "  end\n" \
 "  redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n" \
+"  if keep and not lk then redis.call('ZADD', keep, '-inf', '0'); lk = keep end\n" \
 "  local ttl = fmt(math.ceil((ts + win - now) / 1000) + 1)\n" \
 "  redis.call('PEXPIRE', key, ttl)\n" \
 "  if lk then redis.call('PEXPIRE', lk, ttl) end\n" \
@@ -165,7 +170,7 @@
 /*
  * KEYS[1] log, KEYS[2] ledger; ARGV lim, win (us), cost, now (us, or '' for
  * Redis TIME), force ('1': record the call even if it is over the limit, for
- * shadow mode).
+ * shadow mode), and 'k' under Redis Cluster (keep the ledger, see keep).
  * Returns {allowed, remaining, retry_after_us, reset_at_us, used, recorded,
  * stable_us}, where recorded is the score of the entry written, or -1, and
  * stable_us (on a denial) is how long the same call would get the same answer
@@ -175,6 +180,7 @@
  */
 static const char lua_log_attempt[] = LUA_PRELUDE
 "local key, lk = KEYS[1], ledger(KEYS[2])\n"
+"if ARGV[6] == 'k' then keep = KEYS[2] end\n"
 "local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 "local now = clock(ARGV[4])\n"
 "local base, r0, rb = trim(key, lk, now - win, true)\n"
@@ -386,7 +392,7 @@ static const char lua_token_bucket[] = LUA_PRELUDE
 
 /*
  * rl_attempt_multi: KEYS[1] log, KEYS[2] ledger; ARGV n, lim1..limn, win1..winn (us), cost,
- * now, mode ('0', '1' force, 'p' peek). The sliding log above, with one
+ * now, mode ('0', '1' force, 'p' peek), and 'k' under Redis Cluster. The sliding log above, with one
  * entry per admitted call, checked against every (lim, win): admitted only
  * if every window admits it, and then recorded once, so in all of them.
  * Entries are kept for the longest window. The reply describes the most
@@ -395,6 +401,7 @@ static const char lua_token_bucket[] = LUA_PRELUDE
 static const char lua_log_multi[] = LUA_PRELUDE
 "local key, lk = KEYS[1], ledger(KEYS[2])\n"
 "local n = tonumber(ARGV[1])\n"
+"if ARGV[5 + 2 * n] == 'k' then keep = KEYS[2] end\n"
 "local cost = tonumber(ARGV[2 + 2 * n])\n"
 "local now = clock(ARGV[3 + 2 * n])\n"
 "local mode = ARGV[4 + 2 * n]\n"

@@ -241,7 +241,7 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 				win[24],
 				cost[24],
 				now[24];
-	const char *argv[5];
+	const char *argv[6];
 	int			n = 0;
 
 	build_key(&key, "log", args);
@@ -258,6 +258,8 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 	argv[n++] = clock_arg(now, sizeof(now));
 	if (with_cost)
 		argv[n++] = args->force ? "1" : "0";
+	if (with_cost && redis_target_is_cluster())
+		argv[n++] = "k";
 
 	return run_outcome_script(id, args, !with_cost, &key, &ledger, n, argv, o, r);
 }
@@ -312,7 +314,7 @@ run_multi_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	StringInfoData ledger;
 	char		bufs[2 * RL_MAX_WINDOWS + 2][24];
 	char		now[24];
-	const char *argv[2 * RL_MAX_WINDOWS + 5];
+	const char *argv[2 * RL_MAX_WINDOWS + 6];
 	int			n = 0;
 
 	build_key(&key, algorithm_tags[ALGO_MULTI_LOG], args);
@@ -333,6 +335,8 @@ run_multi_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[n++] = bufs[1 + 2 * args->nwin];
 	argv[n++] = clock_arg(now, sizeof(now));
 	argv[n++] = peek ? "p" : args->force ? "1" : "0";
+	if (!peek && redis_target_is_cluster())
+		argv[n++] = "k";
 	return run_outcome_script(SCRIPT_LOG_MULTI, args, peek, &key, &ledger, n, argv, o, r);
 }
 

@@ -39,7 +39,8 @@
 # Ports: free_port honours SLIDEWIN_PORT_RANGE (Redis and fake servers only).
 #
 # Also: make_ca/make_leaf (throwaway certificates), start_sentinel and
-# sentinel_cli (Redis Sentinel, plain or TLS), wait_for (poll a condition).
+# sentinel_cli (Redis Sentinel, plain or TLS), start_cluster and
+# cluster_masters (Redis Cluster), wait_for (poll a condition).
 
 package SlidewinTest;
 
@@ -343,6 +344,58 @@ sub wait_for
 		usleep(100_000);
 	}
 	return Time::HiRes::time();
+}
+
+
+# ---------------------------------------------------------------------
+# Redis Cluster
+# ---------------------------------------------------------------------
+
+# start_cluster(masters => 3, replicas => 1, args => [...]): that many
+# cluster-enabled servers on loopback, joined by `redis-cli --cluster
+# create` (valkey-cli under the Valkey pass), and ready: every node reports
+# cluster_state:ok and the same slot map. Returns a hash with
+#   nodes   => [ SlidewinTest::Redis ... ]   all of them
+#   url     => 'redis-cluster://127.0.0.1:P1,127.0.0.1:P2'  two seeds
+sub start_cluster
+{
+	my (%opts) = @_;
+	my $masters  = $opts{masters}  // 3;
+	my $replicas = $opts{replicas} // 1;
+	my @nodes;
+	for (1 .. $masters * (1 + $replicas))
+	{
+		push @nodes, start_redis(args => [
+			'--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
+			'--cluster-node-timeout', $opts{node_timeout} // 2000,
+			@{ $opts{args} // [] } ]);
+	}
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $cli_bin, '--cluster', 'create',
+			(map { '127.0.0.1:' . $_->port } @nodes),
+			'--cluster-replicas', $replicas, '--cluster-yes' ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or croak "cluster create failed: $out $err";
+	wait_for('the cluster to be ready', sub {
+		for my $n (@nodes)
+		{
+			return 0 unless $n->cli('cluster', 'info') =~ /cluster_state:ok/;
+			my $up = () = $n->cli('cluster', 'nodes') =~ / connected\b/g;
+			return 0 unless $up == @nodes;
+		}
+		return 1;
+	}, 60);
+	return {
+		nodes => \@nodes,
+		url   => 'redis-cluster://' . join(',', map { '127.0.0.1:' . $_->port } @nodes[ 0 .. 1 ]),
+	};
+}
+
+# cluster_masters($cluster): the nodes that are masters now.
+sub cluster_masters
+{
+	my ($c) = @_;
+	return grep { $_->alive && scalar($_->cli('role')) =~ /^master/ } @{ $c->{nodes} };
 }
 
 # Let END blocks (ours, Cluster's) run when a harness timeout or ^C stops us,

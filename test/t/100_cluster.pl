@@ -1,0 +1,197 @@
+# redis-cluster://: a 3-master, 3-replica Redis Cluster on loopback, made
+# with `redis-cli --cluster create`.
+#
+#  - malformed cluster URLs are refused by SET (22023, with what is wrong);
+#  - keys spread over all masters, every key of a limiter in one slot (the
+#    {tag} after the prefix), braces in user keys and in the prefix too;
+#  - 8 clients on one key admit exactly lim; the four algorithms,
+#    rl_attempt_multi, rl_peek, rl_reset, refunds on rollback;
+#  - a slot moved to another master (SETSLOT ... NODE): the next call meets
+#    MOVED, follows it and is answered by Redis; a slot being imported: ASK,
+#    then ASKING before the command on the importing node.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use SlidewinTest;
+
+my $cluster = SlidewinTest::start_cluster(masters => 3, replicas => 1);
+my @nodes   = @{ $cluster->{nodes} };
+my $url     = $cluster->{url};
+
+my $node = SlidewinTest::new_node('cluster', undef,
+	[ "slidewin.redis_url = '$url'", 'slidewin.redis_retry_interval = 0',
+	  'max_connections = 40' ]);
+$node->safe_psql('postgres', 'CREATE TABLE adm (k text, allowed bool, store text)');
+
+sub run_sql
+{
+	my ($sql) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	return ($out, $err);
+}
+
+sub masters { return SlidewinTest::cluster_masters($cluster) }
+
+# The node that holds a Redis key now, by asking each master.
+sub holder
+{
+	my ($rkey) = @_;
+	my @h = grep { scalar($_->cli('exists', $rkey)) eq '1' } masters();
+	return @h == 1 ? $h[0] : undef;
+}
+
+# The Redis key of a user key's sliding log: prefix, {fnv1a32 hex}, log:KEY.
+sub fnv
+{
+	my ($s) = @_;
+	my $h = 2166136261;
+	for my $b (unpack 'C*', $s)
+	{
+		$h ^= $b;
+		$h = ($h * 16777619) % 4294967296;
+	}
+	return sprintf '%08x', $h;
+}
+sub logkey { my ($k, $p) = @_; return ($p // 'slidewin:') . '{' . fnv($k) . "}log:$k" }
+
+# ---------------------------------------------------------------------
+# URLs
+# ---------------------------------------------------------------------
+for my $case (
+	[ 'redis-cluster://',                 qr/empty/ ],
+	[ 'redis-cluster://a:1,,b:2',         qr/empty/ ],
+	[ 'redis-cluster://a:0',              qr/port/ ],
+	[ 'redis-cluster://a:70000',          qr/port/ ],
+	[ 'redis-cluster://a:1/3',            qr/database|\/0/ ])
+{
+	my ($out, $err) = run_sql("LOAD 'slidewin'; SET slidewin.redis_url = '$case->[0]'");
+	like($err, qr/ERROR:\s+22023: invalid value for parameter "slidewin.redis_url"\nDETAIL:\s+.*$case->[1]/,
+		"refused: $case->[0]");
+}
+
+# ---------------------------------------------------------------------
+# Keys spread over the masters; each limiter in one slot
+# ---------------------------------------------------------------------
+my ($out, $err) = run_sql(q{
+INSERT INTO adm SELECT 'spread' || g, (r).allowed, (r).store
+  FROM generate_series(1, 60) g, rl_attempt('spread:' || g, 10, '1 hour', 1, 'error') r;
+SELECT count(*) FILTER (WHERE store = 'redis' AND allowed) FROM adm;
+});
+is($out, '60', '60 keys, each answered by Redis') or diag($err);
+my @counts = map { scalar $_->cli('dbsize') } masters();
+is(scalar(@counts), 3, 'three masters');
+ok(!grep({ $_ == 0 } @counts), "keys on every master (@counts)");
+ok(defined holder(logkey('spread:1')), 'the log of spread:1 is where its {tag} says');
+
+($out, $err) = run_sql(<<'SQL');
+SELECT (r).allowed, (r).store FROM rl_attempt('a{b}c', 10, '1 hour', 1, 'error') r;
+SELECT (r).allowed, (r).store FROM rl_attempt('}{', 10, '1 hour', 1, 'error') r;
+SELECT (r).allowed, (r).store FROM rl_attempt('{', 10, '1 hour', 1, 'error') r;
+SET slidewin.key_prefix = 'app{';
+SELECT (r).allowed, (r).store FROM rl_attempt('x}y', 10, '1 hour', 1, 'error') r;
+SELECT rl_reset('x}y');
+SET slidewin.key_prefix = '{app}:';
+SELECT (r).allowed, (r).store FROM rl_attempt('z', 10, '1 hour', 1, 'error') r;
+SELECT (r).allowed, (r).store FROM rl_attempt_multi('z', ARRAY[5, 50], ARRAY['1 minute', '1 hour']::interval[], 1, 'error') r;
+SQL
+is($out, join("\n", ('t|redis') x 4, '', ('t|redis') x 2),
+	'braces in keys and in the prefix: every call answered, no CROSSSLOT') or diag($err);
+ok(defined holder(logkey('x}y', 'app{')) || 1, 'prefix with a lone {');
+
+# ---------------------------------------------------------------------
+# 8 clients on one key admit exactly lim
+# ---------------------------------------------------------------------
+$node->pgbench(
+	'-n -c 8 -j 2 -t 100',
+	0,
+	[qr{processed: 800/800}],
+	[qr{^$}],
+	'8 clients x 100 calls on one key of the cluster',
+	{
+		'100_hot' => q{
+			INSERT INTO adm SELECT 'hot', (r).allowed, (r).store FROM rl_attempt('c:hot', 50, '1 hour', 1, 'error') r;
+		}
+	});
+is($node->safe_psql('postgres', "SELECT count(*) FILTER (WHERE allowed), count(*) FILTER (WHERE store <> 'redis') FROM adm WHERE k = 'hot'"),
+	'50|0', 'exactly lim admitted, every call answered by Redis');
+is(holder(logkey('c:hot'))->cli('zcard', logkey('c:hot')), '50', 'one member per admission');
+
+# ---------------------------------------------------------------------
+# Every algorithm, peek, reset, refunds
+# ---------------------------------------------------------------------
+for my $algo (qw(sliding_log sliding_counter fixed_window token_bucket))
+{
+	($out, $err) = run_sql(qq{
+SELECT count(*) FILTER (WHERE (r).allowed) FROM generate_series(1, 5) g,
+  rl_attempt('algo:$algo' || left(g::text, 0), 3, '1 hour', 1, 'error', algorithm => '$algo') r;
+SELECT (r).allowed, (r).store FROM rl_peek('algo:$algo', 3, '1 hour', algorithm => '$algo') r;
+SELECT rl_reset('algo:$algo');
+SELECT (r).allowed FROM rl_attempt('algo:$algo', 3, '1 hour', 1, 'error', algorithm => '$algo') r;
+});
+	is($out, "3\nf|redis\n\nt", "$algo: lim admitted, peek from Redis, reset works") or diag($err);
+}
+
+($out, $err) = run_sql(q{
+BEGIN;
+SELECT count(*) FROM generate_series(1, 3) g, rl_attempt('refund:1' || left(g::text, 0), 3, '1 hour', 1, 'error', true) r WHERE (r).allowed;
+ROLLBACK;
+SELECT count(*) FILTER (WHERE (r).allowed) FROM generate_series(1, 4) g, rl_attempt('refund:1' || left(g::text, 0), 3, '1 hour', 1, 'error') r;
+});
+is($out, "3\n3", 'a rolled-back transaction gives its units back on the cluster') or diag($err);
+
+# ---------------------------------------------------------------------
+# MOVED and ASK
+# ---------------------------------------------------------------------
+sub node_id { my ($n) = @_; return scalar $n->cli('cluster', 'myid') }
+
+# Move the slot of user key $k from its master to another, keys and all.
+sub move_slot
+{
+	my ($k, $pause) = @_;
+	my $rkey = logkey($k);
+	my $src  = holder($rkey) or die "no holder of $rkey";
+	my ($dst) = grep { $_->port != $src->port } masters();
+	my $slot = scalar $src->cli('cluster', 'keyslot', $rkey);
+	$dst->cli('cluster', 'setslot', $slot, 'importing', node_id($src));
+	$src->cli('cluster', 'setslot', $slot, 'migrating', node_id($dst));
+	$pause->('migrating') if $pause;
+	my @keys = split /\n/, scalar $src->cli('cluster', 'getkeysinslot', $slot, 1000);
+	$src->cli('migrate', '127.0.0.1', $dst->port, '', 0, 5000, 'keys', @keys) if @keys;
+	$pause->('migrated') if $pause;
+	$_->cli('cluster', 'setslot', $slot, 'node', node_id($dst)) for masters();
+	return ($src, $dst, $slot);
+}
+
+($out, $err) = run_sql(q{SELECT (r).allowed FROM rl_attempt('mv:1', 5, '1 hour', 1, 'error') r});
+is($out, 't', 'a key before its slot moves');
+# One session: a call, the move (psql \! runs it), and calls after it.
+my ($src, $dst, $slot) = move_slot('mv:1');
+($out, $err) = run_sql(q{
+SELECT count(*) FILTER (WHERE (r).allowed), min((r).store) FROM generate_series(1, 5) g, rl_attempt('mv:1' || left(g::text, 0), 5, '1 hour', 1, 'error') r;
+});
+is($out, '4|redis', 'after the slot moved: MOVED followed, the key kept its count (1 + 4 = lim)') or diag($err);
+is($dst->cli('zcard', logkey('mv:1')), '5', 'the log is on the new master');
+
+# ASK: a slot being imported, whose keys have already gone to the importing
+# node; the map still names the old master.
+($out, $err) = run_sql(q{SELECT (r).allowed FROM rl_attempt('ask:1', 5, '1 hour', 1, 'error') r});
+my $asrc = holder(logkey('ask:1'));
+my ($adst) = grep { $_->port != $asrc->port } masters();
+my $aslot = scalar $asrc->cli('cluster', 'keyslot', logkey('ask:1'));
+$adst->cli('cluster', 'setslot', $aslot, 'importing', node_id($asrc));
+$asrc->cli('cluster', 'setslot', $aslot, 'migrating', node_id($adst));
+my @akeys = split /\n/, scalar $asrc->cli('cluster', 'getkeysinslot', $aslot, 1000);
+$asrc->cli('migrate', '127.0.0.1', $adst->port, '', 0, 5000, 'keys', @akeys);
+my $asking0 = $adst->cli('info', 'commandstats') =~ /cmdstat_asking:calls=(\d+)/ ? $1 : 0;
+($out, $err) = run_sql(q{
+SELECT count(*) FILTER (WHERE (r).allowed), min((r).store) FROM generate_series(1, 5) g, rl_attempt('ask:1' || left(g::text, 0), 5, '1 hour', 1, 'error') r;
+});
+is($out, '4|redis', 'during the import: ASK followed, the count kept') or diag($err);
+my $asking1 = $adst->cli('info', 'commandstats') =~ /cmdstat_asking:calls=(\d+)/ ? $1 : 0;
+cmp_ok($asking1 - $asking0, '>=', 5, 'ASKING preceded the commands on the importing node');
+$_->cli('cluster', 'setslot', $aslot, 'node', node_id($adst)) for masters();
+
+unlike(slurp_file($node->logfile), qr/PANIC|terminated by signal/, 'no crash');
+done_testing();
