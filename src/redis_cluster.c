@@ -236,6 +236,7 @@ redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
 	char		host[256];
 	int			port;
 	bool		asking = false;
+	bool		refreshed = false;
 
 	if ((!map_loaded || (map_stale && GetCurrentTimestamp() >= next_refresh)) &&
 		!load_map(deadline, result) && !map_loaded)
@@ -261,7 +262,7 @@ redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
 
 	for (int hop = 0;; hop++)
 	{
-		bool		reused;
+		bool		reused = false;
 		RedisStatus st = RS_OK;
 		TimestampTz until;
 		ClusterRedirect rd;
@@ -269,8 +270,19 @@ redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
 
 		if (!use_node(host, port, deadline, &reused, result))
 		{
+			/*
+			 * The node is gone (a master that died, a failover): read the
+			 * map again, at once, and try the slot's owner in it, once.
+			 */
 			map_stale = true;
-			return;
+			if (refreshed || slot < 0 || !load_map(deadline, result) ||
+				map->owner[slot] < 0)
+				return;
+			refreshed = true;
+			asking = false;
+			strlcpy(host, map->nodes[map->owner[slot]].host, sizeof(host));
+			port = map->nodes[map->owner[slot]].port;
+			continue;
 		}
 		until = earlier(ms_from_now(slidewin_command_timeout), deadline);
 		if (asking)

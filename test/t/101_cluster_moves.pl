@@ -1,0 +1,180 @@
+# Redis Cluster under load: 8 pgbench clients while the cluster changes.
+#
+#  - a live slot migration, by hand (SETSLOT IMPORTING/MIGRATING, MIGRATE,
+#    SETSLOT NODE) with pauses between the steps so that both ASK and MOVED
+#    happen: every call answered by Redis, 0 failed transactions, and the
+#    hot key admits exactly lim across the move;
+#  - CLUSTER FAILOVER on a replica: 0 failed transactions, calls answered by
+#    Redis again within the retry interval of the switch;
+#  - kill -9 of a master: the cluster promotes its replica after
+#    cluster-node-timeout; calls follow their policy meanwhile (the fallback
+#    store answers), and come back to Redis after.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use SlidewinTest;
+
+my $cluster = SlidewinTest::start_cluster(masters => 3, replicas => 1, node_timeout => 1000);
+my $node = SlidewinTest::new_node('cluster_moves', undef,
+	[ "slidewin.redis_url = '$cluster->{url}'",
+	  "shared_preload_libraries = 'slidewin'",
+	  'slidewin.redis_retry_interval = 1000',
+	  'max_connections = 40' ]);
+$node->safe_psql('postgres',
+	'CREATE UNLOGGED TABLE adm (k text, store text, allowed bool, at timestamptz DEFAULT clock_timestamp())');
+
+sub masters { return SlidewinTest::cluster_masters($cluster) }
+sub node_id { return scalar $_[0]->cli('cluster', 'myid') }
+sub fnv
+{
+	my $h = 2166136261;
+	for my $b (unpack 'C*', $_[0]) { $h = (($h ^ $b) * 16777619) % 4294967296 }
+	return sprintf '%08x', $h;
+}
+sub logkey { return 'slidewin:{' . fnv($_[0]) . "}log:$_[0]" }
+sub holder
+{
+	my ($rkey) = @_;
+	my @h = grep { scalar($_->cli('exists', $rkey)) eq '1' } masters();
+	return $h[0];
+}
+sub stat_of
+{
+	my ($redis, $section, $re) = @_;
+	return scalar($redis->cli('info', $section)) =~ $re ? $1 : 0;
+}
+
+my $dir = PostgreSQL::Test::Utils::tempdir('bench');
+sub script
+{
+	my ($name, $sql) = @_;
+	open my $fh, '>', "$dir/$name.sql" or die $!;
+	print $fh $sql;
+	close $fh;
+	return "$dir/$name.sql";
+}
+
+sub under_load
+{
+	my ($secs, $script, $rate, $action) = @_;
+	my ($bout, $berr) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'pgbench', '-n', '-c', '8', '-j', '2', '-T', $secs, ($rate ? ('-R', $rate) : ()),
+		  '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
+		'<', \undef, '>', \$bout, '2>', \$berr);
+	my $t = $action->();
+	$h->finish;
+	like($bout, qr/number of transactions actually processed: [1-9]/, 'pgbench ran');
+	unlike($bout . $berr, qr/aborted|number of failed transactions: [1-9]|ERROR/,
+		'0 failed transactions') or diag($bout . $berr);
+	return $t;
+}
+
+# ---------------------------------------------------------------------
+# Live slot migration of a hot key
+# ---------------------------------------------------------------------
+my $lim = 600;
+$node->safe_psql('postgres', "INSERT INTO adm (k, store, allowed) SELECT 'hot', (x).store, (x).allowed FROM rl_attempt('mig:hot', $lim, '1 hour', 1, 'error') x");
+my $hot = script('hot', "INSERT INTO adm (k, store, allowed) SELECT 'hot', (x).store, (x).allowed FROM rl_attempt('mig:hot', $lim, '1 hour', 1, 'fallback') x;\n");
+my $src = holder(logkey('mig:hot')) or die 'the hot key is nowhere';
+my ($dst) = grep { $_->port != $src->port } masters();
+my $slot = scalar $src->cli('cluster', 'keyslot', logkey('mig:hot'));
+my $asking0 = stat_of($dst, 'commandstats', qr/cmdstat_asking:calls=(\d+)/);
+# Every ASK the old owner sends makes our backend send ASKING to the new one;
+# every call the old owner redirects counts as a rejected call there. So
+# MOVED happened if the old owner rejected more calls than the new one saw
+# ASKING.
+sub rejected
+{
+	my $n = 0;
+	$n += $_ for scalar($_[0]->cli('info', 'commandstats')) =~ /cmdstat_eval(?:sha)?:.*?rejected_calls=(\d+)/g;
+	return $n;
+}
+my $rejected0 = rejected($src);
+under_load(7, $hot, 200, sub {
+	sleep 1;
+	$dst->cli('cluster', 'setslot', $slot, 'importing', node_id($src));
+	$src->cli('cluster', 'setslot', $slot, 'migrating', node_id($dst));
+	sleep 1;
+	my @keys = split /\n/, scalar $src->cli('cluster', 'getkeysinslot', $slot, 1000);
+	my $m = $src->cli('migrate', '127.0.0.1', $dst->port, '', 0, 5000, 'keys', @keys);
+	note("MIGRATE of @keys: $m");
+	sleep 1.5;
+	# the destination first, as the cluster specification advises
+	$dst->cli('cluster', 'setslot', $slot, 'node', node_id($dst));
+	$_->cli('cluster', 'setslot', $slot, 'node', node_id($dst)) for masters();
+	sleep 1;
+	return time;
+});
+my ($admitted, $other) = split /\|/, $node->safe_psql('postgres',
+	q{SELECT count(*) FILTER (WHERE allowed), count(*) FILTER (WHERE store <> 'redis') FROM adm WHERE k = 'hot'});
+is($other, '0', 'migration: every call answered by Redis');
+is($admitted, $lim, "migration: exactly lim ($lim) admitted across the move");
+cmp_ok(stat_of($dst, 'commandstats', qr/cmdstat_asking:calls=(\d+)/) - $asking0, '>', 0,
+	'ASK happened (ASKING on the importing node)');
+my $asks = stat_of($dst, 'commandstats', qr/cmdstat_asking:calls=(\d+)/) - $asking0;
+cmp_ok(rejected($src) - $rejected0, '>', $asks,
+	"MOVED happened (the old owner redirected more calls than the $asks ASKs)");
+is(scalar $dst->cli('zcard', logkey('mig:hot')), $lim, 'the log is whole on the new owner');
+
+# ---------------------------------------------------------------------
+# Failover: planned, then kill -9
+# ---------------------------------------------------------------------
+my $many = script('many', q{\set r random(1, 200)
+INSERT INTO adm (k, store, allowed) SELECT 'k' || :r, (x).store, (x).allowed FROM rl_attempt('f:' || :r, 1000000, '1 hour', 1, 'fallback') x;
+});
+
+sub replica_of
+{
+	my ($m) = @_;
+	my $id = node_id($m);
+	my ($r) = grep { scalar($_->cli('cluster', 'nodes')) =~ /^\S+ \S+ myself,slave \Q$id\E /m } grep { $_->alive } @{ $cluster->{nodes} };
+	return $r;
+}
+
+sub late_answers
+{
+	my ($since) = @_;
+	return split /\|/, $node->safe_psql('postgres', qq{
+		SELECT count(*), count(*) FILTER (WHERE store <> 'redis') FROM adm
+		WHERE k <> 'hot' AND extract(epoch FROM at) > $since});
+}
+
+$node->safe_psql('postgres', 'TRUNCATE adm');
+my $victim = holder(logkey('f:1')) // (masters())[0];
+my $rep = replica_of($victim) or die 'no replica';
+my $switched = under_load(7, $many, 0, sub {
+	sleep 2;
+	$rep->cli('cluster', 'failover');
+	return SlidewinTest::wait_for('the replica to take over',
+		sub { scalar($rep->cli('role')) =~ /^master/ }, 20);
+});
+my ($n, $bad) = late_answers($switched + 1.0);
+cmp_ok($n, '>', 0, "CLUSTER FAILOVER: calls after the switch + the retry interval ($n)");
+is($bad, '0', 'CLUSTER FAILOVER: every one of them answered by Redis');
+
+$node->safe_psql('postgres', 'TRUNCATE adm');
+$victim = $rep;
+SlidewinTest::wait_for('the old master to replicate',
+	sub { my $r = replica_of($victim); $r && scalar($r->cli('info', 'replication')) =~ /master_link_status:up/ }, 30);
+$switched = under_load(12, $many, 0, sub {
+	sleep 2;
+	my $r = replica_of($victim);
+	$victim->kill9;
+	return SlidewinTest::wait_for('the cluster to promote the replica',
+		sub { scalar($r->cli('role')) =~ /^master/ && scalar($r->cli('cluster', 'info')) =~ /cluster_state:ok/ }, 30);
+});
+($n, $bad) = late_answers($switched + 1.5);
+cmp_ok($n, '>', 0, "kill -9 of a master: calls after the promotion + the retry interval ($n)");
+is($bad, '0', 'kill -9 of a master: every one of them answered by Redis')
+  or diag($node->safe_psql('postgres', qq{
+	SELECT round((extract(epoch FROM at) - $switched)::numeric, 1) AS t, store, count(*)
+	FROM adm WHERE k <> 'hot' GROUP BY 1, 2 ORDER BY 1, 2}));
+is($node->safe_psql('postgres', q{SELECT count(*) > 0 FROM adm WHERE store = 'fallback'}), 't',
+	'the fallback store answered while the slot had no master');
+
+unlike(slurp_file($node->logfile), qr/PANIC|terminated by signal/, 'no crash');
+done_testing();
