@@ -22,6 +22,7 @@ my $url     = $cluster->{url};
 
 my $node = SlidewinTest::new_node('cluster', undef,
 	[ "slidewin.redis_url = '$url'", 'slidewin.redis_retry_interval = 0',
+	  "shared_preload_libraries = 'slidewin'",
 	  'max_connections = 40' ]);
 $node->safe_psql('postgres', 'CREATE TABLE adm (k text, allowed bool, store text)');
 
@@ -141,6 +142,69 @@ SELECT count(*) FILTER (WHERE (r).allowed) FROM generate_series(1, 4) g, rl_atte
 });
 is($out, "3\n3", 'a rolled-back transaction gives its units back on the cluster') or diag($err);
 
+# rl_wait, shadow mode, the deny cache
+($out, $err) = run_sql(q{
+SELECT (r).allowed FROM rl_attempt('wait:1', 1, '300 ms', 1, 'error') r;
+SELECT (r).allowed, (r).store FROM rl_wait('wait:1', 1, '300 ms', timeout => '5 seconds') r;
+SET slidewin.enforce = off;
+SELECT count(*) FILTER (WHERE (r).allowed) FROM generate_series(1, 4) g, rl_attempt('shadow:1' || left(g::text, 0), 2, '1 hour', 1, 'error') r;
+});
+is($out, "t\nt|redis\n4", 'rl_wait waited for Redis to admit; shadow mode admits and records') or diag($err);
+is(scalar holder(logkey('shadow:1'))->cli('zcard', logkey('shadow:1')), '4', 'shadow calls recorded in Redis');
+{
+	my $rkey = logkey('deny:1');
+	($out, $err) = run_sql(q{
+SELECT count(*) FILTER (WHERE (r).allowed) FROM generate_series(1, 3) g, rl_attempt('deny:1' || left(g::text, 0), 2, '1 hour', 1, 'error') r;
+});
+	is($out, '2', 'deny: lim admitted');
+	my $h = holder($rkey);
+	my $calls = sub { scalar($h->cli('info', 'commandstats')) =~ /cmdstat_evalsha:calls=(\d+)/ ? $1 : 0 };
+	my $c0 = $calls->();
+	($out, $err) = run_sql(q{
+SELECT count(*) FILTER (WHERE NOT (r).allowed) FROM generate_series(1, 50) g, rl_attempt('deny:1' || left(g::text, 0), 2, '1 hour', 1, 'error') r;
+});
+	is($out, '50', 'deny: 50 denials');
+	cmp_ok($calls->() - $c0, '<=', 2, 'the deny cache answered them without asking the node each time');
+}
+
+# ---------------------------------------------------------------------
+# ACL: the rules of doc/installing.md and doc/topologies.md, as printed
+# ---------------------------------------------------------------------
+my $as_user = '';
+{
+	my $src = SlidewinTest::src_dir();
+	my ($base) = slurp_file("$src/doc/installing.md") =~
+	  /<!-- redis-acl:begin -->\n```[a-z]*\n(.*?)^```/ms;
+	my ($cblock) = slurp_file("$src/doc/topologies.md") =~
+	  /<!-- redis-acl-cluster:begin -->\n```[a-z]*\n(.*?)^```/ms;
+	ok(defined $base && defined $cblock, 'the ACL blocks are in the documentation');
+	my (undef, undef, $user, @rules) = split ' ', $base;
+	my (undef, undef, $cuser, @crules) = split ' ', $cblock;
+	is($cuser, $user, 'the cluster block extends the same user');
+	my ($password) = map { /^>(.+)$/ ? $1 : () } @rules;
+	for my $n (grep { $_->alive } @nodes)
+	{
+		$n->cli('acl', 'setuser', $user, @rules);
+		$n->cli('acl', 'setuser', $user, @crules);
+		$n->cli('acl', 'log', 'reset');
+	}
+	(my $aurl = $url) =~ s{^redis-cluster://}{redis-cluster://$user:$password\@};
+	# the MOVED and ASK scenes below run as this user too
+	$as_user = "SET slidewin.redis_url = '$aurl';\n";
+	($out, $err) = run_sql(qq{
+SET slidewin.redis_url = '$aurl';
+SELECT count(*) FILTER (WHERE (r).allowed AND (r).store = 'redis') FROM generate_series(1, 20) g, rl_attempt('acl:' || g, 5, '1 hour', 1, 'error') r;
+BEGIN;
+SELECT (r).allowed FROM rl_attempt('acl:1', 5, '1 hour', 1, 'error', true) r;
+ROLLBACK;
+SELECT (r).remaining FROM rl_peek('acl:1', 5, '1 hour') r;
+SELECT rl_reset('acl:2');
+});
+	is($out, "20\nt\n4\n", 'as the documented user: attempts, a refund, a reset') or diag($err);
+	my @logs = grep { $_ ne '' } map { scalar $_->cli('acl', 'log') } grep { $_->alive } @nodes;
+	is(scalar(@logs), 0, 'no ACL log entry on any node') or diag(join "\n", @logs);
+}
+
 # ---------------------------------------------------------------------
 # MOVED and ASK
 # ---------------------------------------------------------------------
@@ -154,7 +218,7 @@ sub rejected
 }
 
 
-($out, $err) = run_sql(q{SELECT (r).allowed FROM rl_attempt('mv:1', 5, '1 hour', 1, 'error') r});
+($out, $err) = run_sql($as_user . q{SELECT (r).allowed FROM rl_attempt('mv:1', 5, '1 hour', 1, 'error') r});
 is($out, 't', 'a key before its slot moves');
 # One session: a call (the backend reads the map), the move by redis-cli
 # through psql's \!, then calls that meet MOVED with the map read before.
@@ -173,7 +237,7 @@ is($out, 't', 'a key before its slot moves');
 		map { "-p @{[ $_->port ]} cluster setslot $slot node $did" } ($dst, masters()));
 	my $moves = join '', map { "\\! $cli $_ >/dev/null\n" } @steps;
 	my $rej0 = rejected($src);
-	($out, $err) = run_sql(qq{SELECT (r).allowed FROM rl_attempt('mv:2', 5, '1 hour', 1, 'error') r;
+	($out, $err) = run_sql(qq{${as_user}SELECT (r).allowed FROM rl_attempt('mv:2', 5, '1 hour', 1, 'error') r;
 $moves
 SELECT count(*) FILTER (WHERE (r).allowed), min((r).store) FROM generate_series(1, 5) g, rl_attempt('mv:1' || left(g::text, 0), 5, '1 hour', 1, 'error') r;
 });
@@ -184,7 +248,7 @@ SELECT count(*) FILTER (WHERE (r).allowed), min((r).store) FROM generate_series(
 
 # ASK: a slot being imported, whose keys have already gone to the importing
 # node; the map still names the old master.
-($out, $err) = run_sql(q{SELECT (r).allowed FROM rl_attempt('ask:1', 5, '1 hour', 1, 'error') r});
+($out, $err) = run_sql($as_user . q{SELECT (r).allowed FROM rl_attempt('ask:1', 5, '1 hour', 1, 'error') r});
 my $asrc = holder(logkey('ask:1'));
 my ($adst) = grep { $_->port != $asrc->port } masters();
 my $aslot = scalar $asrc->cli('cluster', 'keyslot', logkey('ask:1'));
@@ -193,13 +257,16 @@ $asrc->cli('cluster', 'setslot', $aslot, 'migrating', node_id($adst));
 my @akeys = split /\n/, scalar $asrc->cli('cluster', 'getkeysinslot', $aslot, 1000);
 $asrc->cli('migrate', '127.0.0.1', $adst->port, '', 0, 5000, 'keys', @akeys);
 my $asking0 = $adst->cli('info', 'commandstats') =~ /cmdstat_asking:calls=(\d+)/ ? $1 : 0;
-($out, $err) = run_sql(q{
+($out, $err) = run_sql($as_user . q{
 SELECT count(*) FILTER (WHERE (r).allowed), min((r).store) FROM generate_series(1, 5) g, rl_attempt('ask:1' || left(g::text, 0), 5, '1 hour', 1, 'error') r;
 });
 is($out, '4|redis', 'during the import: ASK followed, the count kept') or diag($err);
 my $asking1 = $adst->cli('info', 'commandstats') =~ /cmdstat_asking:calls=(\d+)/ ? $1 : 0;
 cmp_ok($asking1 - $asking0, '>=', 5, 'ASKING preceded the commands on the importing node');
 $_->cli('cluster', 'setslot', $aslot, 'node', node_id($adst)) for masters();
+
+my @logs = grep { $_ ne '' } map { scalar $_->cli('acl', 'log') } grep { $_->alive } @nodes;
+is(scalar(@logs), 0, 'MOVED and ASK as the documented user: no ACL log entry') or diag(join "\n", @logs);
 
 unlike(slurp_file($node->logfile), qr/PANIC|terminated by signal/, 'no crash');
 done_testing();
