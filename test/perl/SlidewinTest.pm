@@ -351,27 +351,32 @@ sub wait_for
 # Redis Cluster
 # ---------------------------------------------------------------------
 
-# start_cluster(masters => 3, replicas => 1, args => [...]): that many
+# start_cluster(masters => 3, replicas => 1, args => [...], tls => {...}): that many
 # cluster-enabled servers on loopback, joined by `redis-cli --cluster
 # create` (valkey-cli under the Valkey pass), and ready: every node reports
 # cluster_state:ok and the same slot map. Returns a hash with
 #   nodes   => [ SlidewinTest::Redis ... ]   all of them
 #   url     => 'redis-cluster://127.0.0.1:P1,127.0.0.1:P2'  two seeds
+#              (rediss-cluster:// with tls: TLS only, the cluster bus too)
 sub start_cluster
 {
 	my (%opts) = @_;
 	my $masters  = $opts{masters}  // 3;
 	my $replicas = $opts{replicas} // 1;
 	my @nodes;
+	my $t = $opts{tls};
 	for (1 .. $masters * (1 + $replicas))
 	{
-		push @nodes, start_redis(args => [
+		push @nodes, start_redis(
+			($t ? (tls => $t) : ()),
+			args => [
 			'--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
 			'--cluster-node-timeout', $opts{node_timeout} // 2000,
+			($t ? ('--tls-cluster', 'yes', '--tls-replication', 'yes') : ()),
 			@{ $opts{args} // [] } ]);
 	}
 	my ($out, $err) = ('', '');
-	IPC::Run::run([ $cli_bin, '--cluster', 'create',
+	IPC::Run::run([ $cli_bin, ($t ? ('--tls', '--cacert', $t->{ca}) : ()), '--cluster', 'create',
 			(map { '127.0.0.1:' . $_->port } @nodes),
 			'--cluster-replicas', $replicas, '--cluster-yes' ],
 		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
@@ -387,7 +392,7 @@ sub start_cluster
 	}, 60);
 	return {
 		nodes => \@nodes,
-		url   => 'redis-cluster://' . join(',', map { '127.0.0.1:' . $_->port } @nodes[ 0 .. 1 ]),
+		url   => ($t ? 'rediss' : 'redis') . '-cluster://' . join(',', map { '127.0.0.1:' . $_->port } @nodes[ 0 .. 1 ]),
 	};
 }
 
