@@ -119,6 +119,21 @@ free_port() {
 	return 1
 }
 
+# free_cluster_port: a free port for a Redis Cluster node, whose cluster bus
+# listens 10000 above it: at most 55535, with the bus port free too.
+free_cluster_port() {
+	local i p
+	for ((i = 0; i < 200; i++)); do
+		p=$(free_port) || return 1
+		if ((p <= 55535)) && ! _port_in_use $((p + 10000)); then
+			echo "$p"
+			return 0
+		fi
+	done
+	echo "free_cluster_port: no port for a cluster node found after 200 tries" >&2
+	return 1
+}
+
 # Redis 7 refuses DEBUG unless enable-debug-command is set; older servers
 # do not know the option and refuse to start with it.
 _redis_debug_args() {

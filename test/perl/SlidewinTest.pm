@@ -367,7 +367,17 @@ sub start_cluster
 	my $t = $opts{tls};
 	for (1 .. $masters * (1 + $replicas))
 	{
+		# the cluster bus listens 10000 above the node's port
+		my $port;
+		for (1 .. 200)
+		{
+			$port = free_port();
+			last if $port <= 55535 && _can_bind($port + 10000);
+			$port = undef;
+		}
+		croak 'no port for a cluster node' unless defined $port;
 		push @nodes, start_redis(
+			port => $port,
 			($t ? (tls => $t) : ()),
 			args => [
 			'--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
