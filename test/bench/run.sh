@@ -193,6 +193,30 @@ if openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=slidewin-bench-ca
 fi
 [[ -n $tls_port ]] || progress "no TLS Redis could be started: the rediss:// row is not measured"
 
+# A Redis Cluster of three masters, no replicas, for the redis-cluster:// row.
+cl_ports=()
+cl_url=
+for i in 1 2 3; do
+	p=$(free_cluster_port) && start_redis "$p" "$work/cluster$i" --cluster-enabled yes \
+		--cluster-config-file nodes.conf --cluster-node-timeout 5000 >/dev/null || break
+	cl_ports+=("$p")
+done
+if ((${#cl_ports[@]} == 3)) &&
+	redis-cli --cluster create "${cl_ports[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >/dev/null 2>&1; then
+	for _ in $(seq 100); do
+		n=0
+		for p in "${cl_ports[@]}"; do
+			redis-cli -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok && n=$((n + 1))
+		done
+		if ((n == 3)); then
+			cl_url="redis-cluster://127.0.0.1:${cl_ports[0]},127.0.0.1:${cl_ports[1]}"
+			break
+		fi
+		sleep 0.2
+	done
+fi
+[[ -n $cl_url ]] || progress "no Redis Cluster could be started: the redis-cluster:// row is not measured"
+
 sql() {
 	"$PSQL" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres "$@"
 }
@@ -288,6 +312,12 @@ if [[ -n $tls_port ]]; then
 	fi
 else
 	add_row tls A na "\`rl_attempt\` over TLS (\`rediss://\`), $(kfmt $many_keys) keys"
+fi
+if [[ -n $cl_url ]]; then
+	add_row cluster A pgbench "\`rl_attempt\` on a 3-master Redis Cluster (\`redis-cluster://\`), $(kfmt $many_keys) keys" "$(many_sql c)"
+	R_opts[cluster]="-c slidewin.redis_url=$cl_url"
+else
+	add_row cluster A na "\`rl_attempt\` on a 3-master Redis Cluster (\`redis-cluster://\`), $(kfmt $many_keys) keys"
 fi
 add_row hot0 A pgbench '`rl_attempt`, one hot key, window emptied before each slice' \
 	"SELECT * FROM rl_attempt('hot0', 1000000000, '1 hour');"
@@ -557,6 +587,41 @@ if [[ $(sql -c "SELECT allowed FROM rl_attempt('deny', 10, '1 hour')") != f ]]; 
 	event "the key 'deny' admitted a call after the run: the denial rows did not measure denials only"
 fi
 
+# ---- Redis CPU per call: the scale-out arithmetic -------------------------------
+
+# One more run of the many-keys workload at 8 clients, alone, with Redis's own
+# counters read before and after: the CPU the server spent (INFO cpu: user +
+# system, so network I/O included) and the script calls it ran (INFO
+# commandstats), hence CPU per call and what one core sustains.
+progress "Redis CPU per call: many keys, 8 clients"
+redis_cpu() { # prints "CPU_SECONDS EVALSHA_CALLS EVALSHA_USEC"
+	{
+		rcli INFO cpu
+		rcli INFO commandstats
+	} | tr -d '\r' | awk -F'[:,=]' '
+		$1 == "used_cpu_user" || $1 == "used_cpu_sys" { cpu += $2 }
+		$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" {
+			for (i = 2; i < NF; i += 2) { if ($i == "calls") n += $(i + 1); if ($i == "usec") u += $(i + 1) }
+		}
+		END { printf "%.6f %d %d\n", cpu, n, u }'
+}
+cpu_ok=
+read -r cpu0 calls0 usec0 < <(redis_cpu) || true
+cpu_dur=(-T "$bench_seconds")
+if ((smoke)); then cpu_dur=(-t "$smoke_txns"); fi
+if PGOPTIONS="${R_opts[many]:-}" "$PGBENCH" -h 127.0.0.1 -p "$pg_port" -U postgres -n -M prepared \
+	-f "${R_script[many]}" -c 8 -j "$((8 < ncpu ? 8 : ncpu))" "${cpu_dur[@]}" postgres >"$work/cpu.out" 2>&1; then
+	read -r cpu1 calls1 usec1 < <(redis_cpu) || true
+	if [[ -n ${calls1:-} ]] && ((calls1 > calls0)); then
+		cpu_ok=1
+		cpu_tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time).*/\1/p' "$work/cpu.out")
+		read -r cpu_us script_us per_core < <(awk -v c0="$cpu0" -v c1="$cpu1" -v n0="$calls0" -v n1="$calls1" \
+			-v u0="$usec0" -v u1="$usec1" 'BEGIN {
+				us = (c1 - c0) * 1e6 / (n1 - n0); printf "%.1f %.1f %.0f\n", us, (u1 - u0) / (n1 - n0), 1e6 / us }')
+	fi
+fi
+[[ -n $cpu_ok ]] || progress "ERROR Redis CPU per call: $(grep -m1 -iE 'error|abort' "$work/cpu.out" || tail -n 1 "$work/cpu.out")"
+
 # ---- memory -------------------------------------------------------------------
 
 # One connection: warm up (library loaded, Redis connected), read the
@@ -810,6 +875,10 @@ for c in "${clients[@]}"; do
 		"$(tls_ref=$(ratio "${tps[evalsha_tls.$c]:-}" "${tps[evalsha.$c]:-}") &&
 			[[ -n $tls_ref ]] && awk -v a="$tls_ref" 'BEGIN { printf "(Redis alone, redis-benchmark EVALSHA: %.2f × over TLS)", a }')"
 done
+for c in "${clients[@]}"; do
+	target "9 ($c cl.)" 'Cluster: `rl_attempt` on 3 masters ≥ 0.8 × the single-server row, many keys (one machine: the cluster cannot be faster here)' \
+		"$(ratio "${tps[cluster.$c]:-}" "${tps[many.$c]:-}")" 0.8 x
+done
 mem_growth_kb=
 if [[ -n $mem_ok ]]; then
 	mem_growth_kb=$((rss1 - rss0))
@@ -868,6 +937,23 @@ result=$work/RESULTS.md
 	echo "| # | Target | Measured | Needed | Result |"
 	echo "|---|---|---:|---:|---|"
 	printf '%s\n' "${target_rows[@]}"
+	echo
+	echo "## Redis CPU per call, and what more masters buy"
+	echo
+	if [[ -n $cpu_ok ]]; then
+		echo "A separate run of the many-keys workload at 8 clients (${cpu_tps%.*} tps), with Redis's own counters read before and after:"
+		echo
+		echo "| Measure | Value |"
+		echo "|---|---|"
+		echo "| Redis CPU per call (\`INFO cpu\`: user + system, network I/O included) | $cpu_us µs |"
+		echo "| of which running the script (\`INFO commandstats\`, usec per \`EVALSHA\`) | $script_us µs |"
+		echo "| Calls per second one Redis core sustains (1 / CPU per call) | $(commas "$per_core") |"
+		echo "| The same for 3, 6 and 12 masters (Redis is single-threaded: one core per master; keys spread over the slots) | $(commas $((per_core * 3))), $(commas $((per_core * 6))), $(commas $((per_core * 12))) |"
+		echo
+		echo "On this machine PostgreSQL, pgbench and Redis share $ncpu CPUs, so a cluster cannot be faster here (target 9 asks only that it not cost more than 20 %). Where Redis has cores of its own, one master carries about $(commas "$per_core") calls per second of this workload, and each added master adds as much for keys in its slots; a single key stays on one master (one slot), which is what the deny cache is for."
+	else
+		echo "Not measured: the run failed."
+	fi
 	echo
 	echo "## Memory"
 	echo
