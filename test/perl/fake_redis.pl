@@ -62,6 +62,7 @@ my %benign = (
 	SELECT => "+OK\r\n",
 	CLIENT => "+OK\r\n",
 	QUIT   => "+OK\r\n",
+	ASKING => "+OK\r\n",
 	COMMAND => "*0\r\n",
 	ROLE   => "*3\r\n" . bulk('master') . ":0\r\n*0\r\n",
 	INFO   => bulk("# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"

@@ -256,13 +256,19 @@ $adst->cli('cluster', 'setslot', $aslot, 'importing', node_id($asrc));
 $asrc->cli('cluster', 'setslot', $aslot, 'migrating', node_id($adst));
 my @akeys = split /\n/, scalar $asrc->cli('cluster', 'getkeysinslot', $aslot, 1000);
 $asrc->cli('migrate', '127.0.0.1', $adst->port, '', 0, 5000, 'keys', @akeys);
+# The importing node forgets its scripts: the first call there meets
+# NOSCRIPT under ASK, and its EVAL must be sent after ASKING again.
+$adst->cli('script', 'flush');
+my $eval0 = scalar($adst->cli('info', 'commandstats')) =~ /cmdstat_eval:calls=(\d+)/ ? $1 : 0;
 my $asking0 = $adst->cli('info', 'commandstats') =~ /cmdstat_asking:calls=(\d+)/ ? $1 : 0;
 ($out, $err) = run_sql($as_user . q{
 SELECT count(*) FILTER (WHERE (r).allowed), min((r).store) FROM generate_series(1, 5) g, rl_attempt('ask:1' || left(g::text, 0), 5, '1 hour', 1, 'error') r;
 });
 is($out, '4|redis', 'during the import: ASK followed, the count kept') or diag($err);
 my $asking1 = $adst->cli('info', 'commandstats') =~ /cmdstat_asking:calls=(\d+)/ ? $1 : 0;
-cmp_ok($asking1 - $asking0, '>=', 5, 'ASKING preceded the commands on the importing node');
+cmp_ok($asking1 - $asking0, '>=', 6, 'ASKING preceded the commands on the importing node (the EVAL after NOSCRIPT too)');
+my $eval1 = scalar($adst->cli('info', 'commandstats')) =~ /cmdstat_eval:calls=(\d+)/ ? $1 : 0;
+cmp_ok($eval1 - $eval0, '>=', 1, 'NOSCRIPT under ASK: EVAL ran on the importing node');
 $_->cli('cluster', 'setslot', $aslot, 'node', node_id($adst)) for masters();
 
 my @logs = grep { $_ ne '' } map { scalar $_->cli('acl', 'log') } grep { $_->alive } @nodes;
