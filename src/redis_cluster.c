@@ -58,6 +58,23 @@ redis_cluster_forget(void)
 	n_links = 0;
 }
 
+int
+redis_cluster_link_for_key(const char *key, size_t len)
+{
+	int			owner;
+
+	if (!map_loaded)
+		return -1;
+	owner = map->owner[cluster_key_slot(key, len)];
+	if (owner < 0)
+		return -1;
+	for (int i = 0; i < n_links; i++)
+		if (link_node[i].port == map->nodes[owner].port &&
+			strcmp(link_node[i].host, map->nodes[owner].host) == 0)
+			return i;
+	return -1;
+}
+
 static TimestampTz
 earlier(TimestampTz a, TimestampTz b)
 {

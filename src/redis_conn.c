@@ -141,6 +141,12 @@ redis_link_select(int i)
 	cur = &links[i];
 }
 
+void
+redis_select_link(int i)
+{
+	redis_link_select(i);
+}
+
 /* Wait until the socket is ready for `events`, the deadline passes, or an
  * interrupt is raised (which ERRORs out of here through CHECK_FOR_INTERRUPTS). */
 static WaitOutcome
@@ -976,8 +982,7 @@ redis_pipelined(void)
 bool
 redis_pipeline_ready(void)
 {
-	/* Redis Cluster: no pipeline, the routed hook sends instead */
-	if (cur->ctx == NULL || redis_target_is_cluster())
+	if (cur->ctx == NULL)
 		return false;
 	if (cur->mid_exchange || cur->ctx->err)
 	{

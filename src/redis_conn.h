@@ -78,10 +78,10 @@ typedef RedisStatus (*RedisPipelineHook) (RedisResult *result);
 extern void redis_set_pipeline_hook(RedisPipelineHook hook);
 
 /*
- * Under Redis Cluster no pipeline is kept (redis_pipeline_ready is false):
- * this hook runs instead, before each command, and sends what it has
- * queued through redis_exec, routed like any command. redis_exec does not
- * run it again from inside itself.
+ * Under Redis Cluster this hook runs instead of the pipeline hook, before
+ * each command: it reads what was pipelined on each node's link
+ * (redis_select_link) and sends the rest through redis_exec, routed like
+ * any command. redis_exec does not run it again from inside itself.
  */
 extern void redis_set_routed_hook(RedisPipelineHook hook);
 extern bool redis_pipeline_ready(void);
@@ -103,6 +103,19 @@ extern void redis_sync(RedisResult *result);
  * that a caller can tell that replies owed on an earlier one are lost.
  */
 extern uint64 redis_connection_id(void);
+/* Links (connections) a backend may hold: one per cluster node at most. */
+#define REDIS_MAX_LINK_COUNT 64
+
+/*
+ * Under Redis Cluster, the link to the node that serves a Redis key, by the
+ * slot map this backend holds; -1 when it names none or no link goes there
+ * yet. Safe in abort: no allocation, no ERROR, no I/O.
+ */
+extern int	redis_cluster_link_for_key(const char *key, size_t len);
+
+/* Which link the pipeline functions act on (0: the only one outside Cluster). */
+extern void redis_select_link(int i);
+
 /* Does slidewin.redis_url name a Redis Cluster (redis-cluster://)? */
 extern bool redis_target_is_cluster(void);
 

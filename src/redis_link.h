@@ -18,7 +18,7 @@ extern RedisTarget redis_target;
 extern bool redis_target_set;
 
 /* Links a backend may hold: one per cluster node at most. */
-#define REDIS_MAX_LINKS 64
+#define REDIS_MAX_LINKS REDIS_MAX_LINK_COUNT
 
 /* Which link the functions below act on (0: the only one outside Cluster). */
 extern void redis_link_select(int i);

@@ -87,6 +87,8 @@ typedef struct RefundEntry
 	uint8		state;
 	uint8		tries;			/* transient failures so far */
 	bool		ever_sent;		/* Redis may have applied it */
+	int16		link;			/* Redis Cluster: the link it was sent on */
+	uint64		link_conn;		/* and that link's connection then */
 	int			rkeylen;
 	int			lkeylen;
 	char	   *lkey;			/* the ledger's Redis key, after rkey */
@@ -129,6 +131,7 @@ static bool exit_registered = false;
 static uint64 script_known_on = 0;
 
 static RedisStatus pipeline_hook(RedisResult *result);
+static void settle(RefundEntry *e, redisReply *reply, int level);
 static void refund_at_exit(int code, Datum arg);
 
 /* ---------------------------------------------------------------------
@@ -221,6 +224,8 @@ refund_remember(const RlArgs *args, int64 recorded_ts)
 	e->state = ENTRY_LIVE;
 	e->tries = 0;
 	e->ever_sent = false;
+	e->link = -1;
+	e->link_conn = 0;
 	live[n_live++] = e;
 	pfree(key);
 	pfree(lkey);
@@ -298,7 +303,7 @@ append_pending(void)
 	bool		evaled;
 	int			first_pending = -1;
 
-	if (!redis_pipeline_ready())
+	if (redis_target_is_cluster() || !redis_pipeline_ready())
 		return false;
 	reclaim_lost();
 	evaled = (script_known_on == redis_connection_id());
@@ -337,6 +342,100 @@ append_pending(void)
 	return true;
 }
 
+/*
+ * Redis Cluster, in abort (the same rules: no allocation, no ERROR, no
+ * connecting, poll() only): each pending refund goes to the link of the
+ * node that serves its key, when the slot map names one and that link is
+ * open and idle; the first refund on each link is an EVAL, so that a node
+ * that never saw the script applies it at once. The replies are read, per
+ * link and in order, by routed_hook.
+ */
+static void
+cluster_push_pending(int budget)
+{
+	char		now[24];
+	uint32		target = redis_target_id();
+	bool		evaled[REDIS_MAX_LINK_COUNT] = {false};
+	bool		touched[REDIS_MAX_LINK_COUNT] = {false};
+
+	if (!redis_store_refund_clock(now, sizeof(now)))
+		return;
+	for (int i = q_head; i < n_queue; i++)
+	{
+		RefundEntry *e = queue[i];
+		int			l;
+
+		if (e->state != ENTRY_PENDING || e->target != target)
+			continue;
+		l = redis_cluster_link_for_key(e->rkey, e->rkeylen);
+		if (l < 0)
+			continue;
+		redis_select_link(l);
+		if (!redis_pipeline_ready())
+			continue;
+		if (!redis_store_refund_append(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
+									   e->ts, e->cost, e->win_us, now, !evaled[l]))
+			continue;
+		evaled[l] = true;
+		touched[l] = true;
+		e->state = ENTRY_SENT;
+		e->ever_sent = true;
+		e->link = l;
+		e->link_conn = redis_connection_id();
+		n_sent++;
+	}
+	for (int l = 0; l < REDIS_MAX_LINK_COUNT; l++)
+		if (touched[l])
+		{
+			redis_select_link(l);
+			(void) redis_pipeline_push(budget);
+		}
+	redis_select_link(0);
+}
+
+/*
+ * Redis Cluster, in normal context: read the replies owed on each link to
+ * the refunds cluster_push_pending sent there, in order. A link that failed
+ * or was replaced gives its refunds back to pending, to be sent again.
+ */
+static RedisStatus
+cluster_read_sent(RedisResult *result)
+{
+	for (int i = q_head; i < n_queue; i++)
+	{
+		RefundEntry *e = queue[i];
+		redisReply *reply;
+		RedisStatus st;
+
+		if (e->state != ENTRY_SENT)
+			continue;
+		redis_select_link(e->link);
+		if (redis_connection_id() != e->link_conn || redis_pipelined() == 0)
+		{
+			/* the link is gone, or lost its replies: send again */
+			e->state = ENTRY_PENDING;
+			n_sent--;
+			continue;
+		}
+		st = redis_pipeline_read(&reply, result);
+		if (st != RS_OK)
+		{
+			redis_select_link(0);
+			for (int j = i; j < n_queue; j++)
+				if (queue[j]->state == ENTRY_SENT && queue[j]->link == e->link)
+				{
+					queue[j]->state = ENTRY_PENDING;
+					n_sent--;
+				}
+			return st;
+		}
+		settle(e, reply, WARNING);
+		freeReplyObject(reply);
+	}
+	redis_select_link(0);
+	return RS_OK;
+}
+
 /* In abort: queue the entries from live[from] on and send what we can. */
 static void
 refund_from_abort(int from)
@@ -344,7 +443,9 @@ refund_from_abort(int from)
 	int			budget = Min(slidewin_command_timeout, ABORT_PUSH_BUDGET_MS);
 
 	queue_live_from(from);
-	if (append_pending())
+	if (redis_target_is_cluster())
+		cluster_push_pending(budget);
+	else if (append_pending())
 		(void) redis_pipeline_push(budget);
 }
 
@@ -515,6 +616,13 @@ routed_hook(RedisResult *result)
 	if (q_head == n_queue)
 		return RS_OK;
 	(void) limit_test_clock(&dummy);	/* parse it here, where that may ERROR */
+	if (n_sent > 0)
+	{
+		RedisStatus st = cluster_read_sent(result);
+
+		if (st != RS_OK)
+			return st;
+	}
 	drop_foreign();
 	if (!redis_store_refund_clock(now, sizeof(now)))
 		return RS_OK;

@@ -214,9 +214,10 @@ stop_redis() {
 	rm -f "$dir/redis.pid"
 }
 
-# start_pg PORT DIR [REDIS_PORT]: a new cluster in DIR/data, superuser
+# start_pg PORT DIR [REDIS_PORT|URL]: a new cluster in DIR/data, superuser
 # `postgres`, trust auth, listening on 127.0.0.1:PORT and on a socket in
-# DIR.  With REDIS_PORT, slidewin.redis_url points at that Redis.  Waits up
+# DIR.  With REDIS_PORT, slidewin.redis_url points at that Redis (a URL is
+# taken as it is: redis-cluster://...).  Waits up
 # to 60 s for the server to accept connections.  Server log: DIR/postgres.log.
 start_pg() {
 	local port=$1 dir=$2 redis_port=${3:-}
@@ -248,7 +249,9 @@ start_pg() {
 		echo "max_connections = 100"
 		echo "max_prepared_transactions = 10"
 		echo "shared_preload_libraries = 'slidewin'"
-		if [[ -n $redis_port ]]; then
+		if [[ $redis_port == *://* ]]; then
+			echo "slidewin.redis_url = '$redis_port'"
+		elif [[ -n $redis_port ]]; then
 			echo "slidewin.redis_url = 'redis://127.0.0.1:$redis_port'"
 		fi
 	} >>"$dir/data/postgresql.conf"

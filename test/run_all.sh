@@ -202,6 +202,14 @@ mapfile -t isolation_tests < <(list_names "$repo/test/isolation/specs" .spec)
 mapfile -t tap_tests < <(list_names "$repo/test/t" .pl)
 mapfile -t fuzz_targets < <(list_names "$repo/test/fuzz" .c | grep '^fuzz_')
 mapfile -t unit_tests < <(list_names "$repo/test/unit" .c | grep '^unit_')
+if [[ $run_label == cluster ]]; then
+	# The cluster pass: the suites that use the shared servers, now against a
+	# Redis Cluster. The TAP scripts start their own servers, each for the
+	# topology it tests (100-103 for Cluster); fuzzers and unit tests use none.
+	tap_tests=()
+	fuzz_targets=()
+	unit_tests=()
+fi
 if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
 	mapfile -t regress_tests < <(printf '%s\n' "${regress_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	mapfile -t isolation_tests < <(printf '%s\n' "${isolation_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
@@ -248,9 +256,35 @@ fi
 # ---- shared servers for pg_regress and isolation ------------------------------
 
 server_ok=
-redis_port=$(free_port) && start_redis "$redis_port" "$work/redis" &&
-	pg_port=$(free_port) && start_pg "$pg_port" "$work/pg" "$redis_port" &&
-	server_ok=1
+if [[ $run_label == cluster ]]; then
+	# three masters, no replicas; the server's slidewin.redis_url names two seeds
+	cl_ports=()
+	for i in 1 2 3; do
+		p=$(free_cluster_port) && start_redis "$p" "$work/cluster$i" --cluster-enabled yes \
+			--cluster-config-file nodes.conf --cluster-node-timeout 5000 >/dev/null || break
+		cl_ports+=("$p")
+	done
+	if ((${#cl_ports[@]} == 3)) &&
+		"$SLIDEWIN_REDIS_CLI" --cluster create "${cl_ports[@]/#/127.0.0.1:}" --cluster-replicas 0 \
+			--cluster-yes >"$work/cluster_create.log" 2>&1; then
+		for _ in $(seq 150); do
+			n=0
+			for p in "${cl_ports[@]}"; do
+				"$SLIDEWIN_REDIS_CLI" -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok && n=$((n + 1))
+			done
+			((n == 3)) && break
+			sleep 0.2
+		done
+		redis_port=${cl_ports[0]}
+		pg_port=$(free_port) &&
+			start_pg "$pg_port" "$work/pg" "redis-cluster://127.0.0.1:${cl_ports[0]},127.0.0.1:${cl_ports[1]}" &&
+			server_ok=1
+	fi
+else
+	redis_port=$(free_port) && start_redis "$redis_port" "$work/redis" &&
+		pg_port=$(free_port) && start_pg "$pg_port" "$work/pg" "$redis_port" &&
+		server_ok=1
+fi
 # server_maps DATADIR: the postmaster of DATADIR maps $SLIDEWIN_SERVER_MUST_MAP
 # (when set), so the wrapper really reached it.
 server_maps() {
@@ -580,6 +614,11 @@ if [[ -z $run_label ]]; then
 		else
 			fail "valkey pass: valkey-server is not installed (run test/deps.sh)"
 		fi
+	fi
+	# The suites that use the shared servers, again against a Redis Cluster.
+	if should_run "${SLIDEWIN_CLUSTER:-}" "cluster (SLIDEWIN_CLUSTER)"; then
+		run_inner_pass cluster "$sanitize_timeout" SLIDEWIN_SANITIZE_TIMEOUT \
+			env SLIDEWIN_PASS=cluster bash "$here/run_all.sh"
 	fi
 	if should_run "${SLIDEWIN_SANITIZE:-}" "sanitize (SLIDEWIN_SANITIZE)"; then
 		run_inner_pass sanitize "$sanitize_timeout" SLIDEWIN_SANITIZE_TIMEOUT \
