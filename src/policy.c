@@ -76,6 +76,9 @@ static char last_failure[256];
 bool
 policy_redis_may_be_tried(RedisResult *r)
 {
+	/* Under Redis Cluster each node has its breaker (redis_cluster.c). */
+	if (redis_target_is_cluster())
+		return true;
 	if (redis_has_failed && redis_failed_generation != redis_target_generation)
 		redis_has_failed = false;
 	if (!redis_has_failed ||

@@ -31,6 +31,7 @@
 #include "utils/timestamp.h"
 
 #include "cluster_slots.h"
+#include "policy.h"
 #include "redis_cluster.h"
 #include "redis_link.h"
 
@@ -48,6 +49,24 @@ static TimestampTz next_refresh = 0;
 static RedisHostPort link_node[REDIS_MAX_LINKS];
 static int	n_links = 0;
 
+/*
+ * A circuit breaker per node: after a node failed (could not connect, timed
+ * out, broke), calls whose slot it serves fail at once for
+ * slidewin.redis_retry_interval instead of each paying for a connection
+ * attempt, while the other nodes go on answering. (policy.c's breaker, which
+ * covers a whole server or Sentinel discovery, stays out of the way under
+ * Cluster.) 0: not failed.
+ */
+static TimestampTz link_failed_at[REDIS_MAX_LINKS];
+
+static void
+node_failed(int i)
+{
+	link_failed_at[i] = GetCurrentTimestamp();
+	if (link_failed_at[i] == 0)
+		link_failed_at[i] = 1;
+}
+
 /* Forget the map and which link goes where (the links are closed). */
 void
 redis_cluster_forget(void)
@@ -56,6 +75,7 @@ redis_cluster_forget(void)
 	map_stale = false;
 	next_refresh = 0;
 	n_links = 0;
+	memset(link_failed_at, 0, sizeof(link_failed_at));
 }
 
 int
@@ -93,7 +113,7 @@ ms_from_now(int ms)
  */
 static bool
 use_node(const char *host, int port, TimestampTz deadline, bool *reused,
-		 RedisResult *result)
+		 int *index, RedisResult *result)
 {
 	int			i;
 
@@ -110,12 +130,25 @@ use_node(const char *host, int port, TimestampTz deadline, bool *reused,
 		}
 		strlcpy(link_node[i].host, host, sizeof(link_node[i].host));
 		link_node[i].port = port;
+		link_failed_at[i] = 0;
 		n_links++;
 	}
+	*index = i;
 	redis_link_select(i);
 	*reused = redis_link_is_open();
 	if (*reused)
 		return true;
+	if (link_failed_at[i] != 0 &&
+		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(link_failed_at[i],
+															slidewin_redis_retry_interval))
+	{
+		char		what[320];
+
+		snprintf(what, sizeof(what), "the cluster node %s:%d failed", host, port);
+		redis_link_message(result, RS_FAIL_CONNECT, what,
+						   "It is not tried again until slidewin.redis_retry_interval has passed.");
+		return false;
+	}
 	if (!redis_link_reserve_fd(result))
 		return false;
 	if (!redis_link_open_server(host, port, "the cluster node ",
@@ -124,8 +157,10 @@ use_node(const char *host, int port, TimestampTz deadline, bool *reused,
 		!redis_link_log_in(host, port, result))
 	{
 		redis_link_drop();
+		node_failed(i);
 		return false;
 	}
+	link_failed_at[i] = 0;
 	redis_link_opened();
 	return true;
 }
@@ -139,14 +174,16 @@ ask_for_map(const char *host, int port, TimestampTz deadline, RedisResult *resul
 	redisReply *r;
 	const char *why = NULL;
 	bool		reused;
+	int			index;
 	bool		ok;
 
-	if (!use_node(host, port, deadline, &reused, result))
+	if (!use_node(host, port, deadline, &reused, &index, result))
 		return false;
 	r = redis_link_command(2, argv, lens, "could not read the cluster's slot map", result);
 	if (r == NULL)
 	{
 		redis_link_drop();
+		node_failed(index);
 		return false;
 	}
 	ok = cluster_parse_slots(r, host, scratch, &why);
@@ -280,20 +317,22 @@ redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
 	for (int hop = 0;; hop++)
 	{
 		bool		reused = false;
+		int			index = -1;
 		RedisStatus st = RS_OK;
 		TimestampTz until;
 		ClusterRedirect rd;
 		const char *why = NULL;
 
-		if (!use_node(host, port, deadline, &reused, result))
+		if (!use_node(host, port, deadline, &reused, &index, result))
 		{
 			/*
 			 * The node is gone (a master that died, a failover): read the
-			 * map again, at once, and try the slot's owner in it, once.
+			 * map again (at most every CLUSTER_REFRESH_MS), and try the
+			 * slot's owner in it, once.
 			 */
 			map_stale = true;
-			if (refreshed || slot < 0 || !load_map(deadline, result) ||
-				map->owner[slot] < 0)
+			if (refreshed || slot < 0 || GetCurrentTimestamp() < next_refresh ||
+				!load_map(deadline, result) || map->owner[slot] < 0)
 				return;
 			refreshed = true;
 			asking = false;
@@ -372,6 +411,9 @@ redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
 		}
 		redis_link_drop();
 		map_stale = true;
+		/* a kept link that turned out stale gets its one retry below */
+		if (!(st == RS_FAIL_IO && reused && hop == 0))
+			node_failed(index);
 		/* a link kept from an earlier call may have gone stale: once more */
 		if (!(st == RS_FAIL_IO && reused && hop == 0))
 			return;

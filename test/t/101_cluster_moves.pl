@@ -8,7 +8,8 @@
 #    Redis again within the retry interval of the switch;
 #  - kill -9 of a master: the cluster promotes its replica after
 #    cluster-node-timeout; calls follow their policy meanwhile (the fallback
-#    store answers), and come back to Redis after.
+#    store answers), and come back to Redis after; a key on another master is
+#    answered by Redis throughout (the circuit breaker is per node).
 use strict;
 use warnings;
 
@@ -17,7 +18,10 @@ use Test::More;
 use Time::HiRes qw(time usleep sleep);
 use SlidewinTest;
 
-my $cluster = SlidewinTest::start_cluster(masters => 3, replicas => 1, node_timeout => 1000);
+# cluster-require-full-coverage no: the other masters go on serving their
+# slots while one has none (by default the whole cluster says CLUSTERDOWN).
+my $cluster = SlidewinTest::start_cluster(masters => 3, replicas => 1, node_timeout => 1000,
+	args => [ '--cluster-require-full-coverage', 'no' ]);
 my $node = SlidewinTest::new_node('cluster_moves', undef,
 	[ "slidewin.redis_url = '$cluster->{url}'",
 	  "shared_preload_libraries = 'slidewin'",
@@ -163,9 +167,29 @@ $node->safe_psql('postgres', 'TRUNCATE adm');
 $victim = $rep;
 SlidewinTest::wait_for('the old master to replicate',
 	sub { my $r = replica_of($victim); $r && scalar($r->cli('info', 'replication')) =~ /master_link_status:up/ }, 30);
+# A key on another master: the breaker is per node, so it must keep being
+# answered by Redis while the victim's slots have no master.
+my $alive;
+for my $i (1 .. 50)
+{
+	$node->safe_psql('postgres', "SELECT rl_attempt('alive:$i', 1000000, '1 hour')");
+	my $h = holder(logkey("alive:$i"));
+	if ($h && $h->port != $victim->port)
+	{
+		$alive = "alive:$i";
+		last;
+	}
+}
+ok(defined $alive, "a key on another master than the victim ($alive)");
+$many = script('many_alive', qq{\\set r random(1, 200)
+INSERT INTO adm (k, store, allowed) SELECT 'k' || :r, (x).store, (x).allowed FROM rl_attempt('f:' || :r, 1000000, '1 hour', 1, 'fallback') x;
+INSERT INTO adm (k, store, allowed) SELECT 'alive', (x).store, (x).allowed FROM rl_attempt('$alive', 1000000, '1 hour', 1, 'fallback') x;
+});
+my $killed_at;
 $switched = under_load(12, $many, 0, sub {
 	sleep 2;
 	my $r = replica_of($victim);
+	$killed_at = time;
 	$victim->kill9;
 	return SlidewinTest::wait_for('the cluster to promote the replica',
 		sub { scalar($r->cli('role')) =~ /^master/ && scalar($r->cli('cluster', 'info')) =~ /cluster_state:ok/ }, 30);
@@ -178,6 +202,12 @@ is($bad, '0', 'kill -9 of a master: every one of them answered by Redis')
 	FROM adm WHERE k <> 'hot' GROUP BY 1, 2 ORDER BY 1, 2}));
 is($node->safe_psql('postgres', q{SELECT count(*) > 0 FROM adm WHERE store = 'fallback'}), 't',
 	'the fallback store answered while the slot had no master');
+my ($during, $not_redis) = split /\|/, $node->safe_psql('postgres', qq{
+	SELECT count(*) FILTER (WHERE extract(epoch FROM at) BETWEEN $killed_at AND $switched),
+	       count(*) FILTER (WHERE store <> 'redis')
+	FROM adm WHERE k = 'alive'});
+cmp_ok($during, '>', 0, "calls on a key of a surviving master while the victim was down ($during)");
+is($not_redis, '0', 'every one of them answered by Redis: the breaker is per node');
 
 unlike(slurp_file($node->logfile), qr/PANIC|terminated by signal/, 'no crash');
 done_testing();
