@@ -108,26 +108,6 @@ integer_in(const redisReply *r, long long lo, long long hi, int *out)
 	return true;
 }
 
-/* Digits only, at most nine of them, within [lo, hi]. */
-static bool
-digits_in(const char *s, size_t len, int lo, int hi, int *out)
-{
-	long		v = 0;
-
-	if (len == 0 || len > 9)
-		return false;
-	for (size_t i = 0; i < len; i++)
-	{
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		v = v * 10 + (s[i] - '0');
-	}
-	if (v < lo || v > hi)
-		return false;
-	*out = (int) v;
-	return true;
-}
-
 /*
  * A host name or an address, as nodes announce them: what
  * cluster-announce-hostname accepts, plus ':' for IPv6. Anything else
@@ -336,7 +316,7 @@ cluster_parse_redirect(const char *msg, size_t len, const char *asked_host,
 
 	for (q = p; q < end && *q != ' '; q++)
 		;
-	if (q == end || !digits_in(p, (size_t) (q - p), 0, CLUSTER_NSLOTS - 1, &out->slot))
+	if (q == end || !redis_parse_int_range(p, (size_t) (q - p), 0, CLUSTER_NSLOTS - 1, &out->slot))
 	{
 		*why = "The redirection's slot is not a number from 0 to 16383 followed by an endpoint.";
 		goto fail;
@@ -353,7 +333,7 @@ cluster_parse_redirect(const char *msg, size_t len, const char *asked_host,
 			goto fail;
 		}
 	if (colon == NULL ||
-		!digits_in(colon + 1, (size_t) (ep_end - colon - 1), 1, 65535, &out->to.port))
+		!redis_parse_int_range(colon + 1, (size_t) (ep_end - colon - 1), 1, 65535, &out->to.port))
 	{
 		*why = "The redirection's endpoint does not end in \":port\", a number from 1 to 65535.";
 		goto fail;

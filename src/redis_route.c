@@ -226,6 +226,18 @@ connect_redis(RedisResult *result)
  * ---------------------------------------------------------------------
  */
 
+/* Interrupted mid-exchange: the reply and the connection cannot be trusted. */
+static void
+drop_interrupted(RedisResult *result)
+{
+	if (result->reply)
+	{
+		freeReplyObject(result->reply);
+		result->reply = NULL;
+	}
+	redis_link_drop();
+}
+
 void
 redis_exec(int argc, const char **argv, const size_t *argvlen,
 		   RedisResult *result)
@@ -255,12 +267,7 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 		PG_CATCH();
 		{
 			in_routed_hook = false;
-			if (result->reply)
-			{
-				freeReplyObject(result->reply);
-				result->reply = NULL;
-			}
-			redis_link_drop();
+			drop_interrupted(result);
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
@@ -316,13 +323,7 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 	}
 	PG_CATCH();
 	{
-		/* Interrupted mid-exchange: the connection cannot be trusted. */
-		if (result->reply)
-		{
-			freeReplyObject(result->reply);
-			result->reply = NULL;
-		}
-		redis_link_drop();
+		drop_interrupted(result);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

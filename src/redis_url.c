@@ -69,8 +69,8 @@ copy_decoded(char *dst, size_t dstsize, const char *src, size_t len)
 	return true;
 }
 
-static bool
-parse_int_range(const char *s, size_t len, int lo, int hi, int *out)
+bool
+redis_parse_int_range(const char *s, size_t len, int lo, int hi, int *out)
 {
 	long		v = 0;
 
@@ -144,7 +144,7 @@ parse_hostport(const char *p, const char *end, int default_port,
 		p = hend;
 	}
 	if (p < end && *p == ':' &&
-		!parse_int_range(p + 1, end - p - 1, 1, 65535, &hp->port))
+		!redis_parse_int_range(p + 1, end - p - 1, 1, 65535, &hp->port))
 	{
 		*why = "The port must be a number from 1 to 65535.";
 		return false;
@@ -278,7 +278,7 @@ parse_sentinel(const char *p, RedisTarget *t, const char **why)
 	memcpy(t->master, name, name_end - name);
 	t->master[name_end - name] = '\0';
 	if (*name_end == '/' &&
-		!parse_int_range(name_end + 1, strlen(name_end + 1), 0, 1000000, &t->db))
+		!redis_parse_int_range(name_end + 1, strlen(name_end + 1), 0, 1000000, &t->db))
 	{
 		*why = "The database must be a non-negative number.";
 		return false;
@@ -313,7 +313,7 @@ parse_cluster(const char *p, RedisTarget *t, const char **why)
 	{
 		int			db;
 
-		if (!parse_int_range(slash + 1, strlen(slash + 1), 0, 0, &db))
+		if (!redis_parse_int_range(slash + 1, strlen(slash + 1), 0, 0, &db))
 		{
 			*why = "A cluster URL names no master and no database but 0: after the hosts only \"/0\" may follow.";
 			return false;
@@ -391,7 +391,7 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 		}
 		if (slash && slash[1] != '\0')
 		{
-			if (!parse_int_range(slash + 1, strlen(slash + 1), 0, 1000000, &t->db))
+			if (!redis_parse_int_range(slash + 1, strlen(slash + 1), 0, 1000000, &t->db))
 			{
 				*why = "The database must be a non-negative number.";
 				return false;
@@ -431,7 +431,7 @@ redis_parse_url(const char *url, RedisTarget *t, const char **why)
 		if (q)
 		{
 			if (strncmp(q, "?db=", 4) != 0 ||
-				!parse_int_range(q + 4, strlen(q + 4), 0, 1000000, &t->db))
+				!redis_parse_int_range(q + 4, strlen(q + 4), 0, 1000000, &t->db))
 			{
 				*why = "The only query parameter is db=N, a non-negative number.";
 				return false;
@@ -583,7 +583,7 @@ redis_parse_master_addr(const char *host, size_t hostlen,
 			return false;
 		}
 	}
-	if (!parse_int_range(port, portlen, 1, 65535, &out->port))
+	if (!redis_parse_int_range(port, portlen, 1, 65535, &out->port))
 	{
 		*why = "The master's port announced by the sentinel is not a number from 1 to 65535.";
 		return false;

@@ -106,6 +106,9 @@ struct redisReply;
 extern bool redis_hello_version(const struct redisReply *reply, int *major, int *minor,
 								char *found, size_t foundsize);
 
+/* Digits only, at most nine of them, within [lo, hi]: a port, a slot, a db. */
+extern bool redis_parse_int_range(const char *s, size_t len, int lo, int hi, int *out);
+
 /* The oldest server slidewin supports: ZRANGE ... REV came with 6.2. */
 #define REDIS_MIN_MAJOR 6
 #define REDIS_MIN_MINOR 2

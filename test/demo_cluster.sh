@@ -12,23 +12,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$1
 pg_port=$2
 
-ports=()
-for i in 1 2 3; do
-	p=$(free_cluster_port)
-	start_redis "$p" "$work/cl-$i" --cluster-enabled yes --cluster-config-file nodes.conf \
-		--cluster-node-timeout 2000 >/dev/null
-	ports+=("$p")
-done
+mkdir -p "$work/cl"
+cluster_ports=$(start_redis_cluster "$work/cl" 3) || {
+	echo "demo_cluster.sh: could not start a Redis Cluster" >&2
+	exit 1
+}
+read -r -a ports <<<"$cluster_ports"
 cli() { "$SLIDEWIN_REDIS_CLI" -h 127.0.0.1 "$@"; }
-cli --cluster create "${ports[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >/dev/null
-for _ in $(seq 100); do
-	ok=1
-	for p in "${ports[@]}"; do
-		cli -p "$p" cluster info | grep -q cluster_state:ok || ok=0
-	done
-	((ok)) && break
-	sleep 0.2
-done
 
 url="redis-cluster://127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}"
 sql() {

@@ -134,6 +134,32 @@ free_cluster_port() {
 	return 1
 }
 
+# start_redis_cluster DIR N: N cluster-enabled servers in DIR/node1..N,
+# joined into a cluster of N masters without replicas; prints their ports on
+# one line once every node says cluster_state:ok. Status 1 if any step fails.
+start_redis_cluster() {
+	local dir=$1 n=$2 i p ok ports=()
+	for ((i = 1; i <= n; i++)); do
+		p=$(free_cluster_port) && start_redis "$p" "$dir/node$i" --cluster-enabled yes \
+			--cluster-config-file nodes.conf --cluster-node-timeout 5000 >/dev/null || return 1
+		ports+=("$p")
+	done
+	"$SLIDEWIN_REDIS_CLI" --cluster create "${ports[@]/#/127.0.0.1:}" --cluster-replicas 0 \
+		--cluster-yes >"$dir/create.log" 2>&1 || return 1
+	for _ in $(seq 150); do
+		ok=0
+		for p in "${ports[@]}"; do
+			"$SLIDEWIN_REDIS_CLI" -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok && ok=$((ok + 1))
+		done
+		if ((ok == n)); then
+			echo "${ports[*]}"
+			return 0
+		fi
+		sleep 0.2
+	done
+	return 1
+}
+
 # Redis 7 refuses DEBUG unless enable-debug-command is set; older servers
 # do not know the option and refuse to start with it.
 _redis_debug_args() {

@@ -258,23 +258,8 @@ fi
 server_ok=
 if [[ $run_label == cluster ]]; then
 	# three masters, no replicas; the server's slidewin.redis_url names two seeds
-	cl_ports=()
-	for i in 1 2 3; do
-		p=$(free_cluster_port) && start_redis "$p" "$work/cluster$i" --cluster-enabled yes \
-			--cluster-config-file nodes.conf --cluster-node-timeout 5000 >/dev/null || break
-		cl_ports+=("$p")
-	done
-	if ((${#cl_ports[@]} == 3)) &&
-		"$SLIDEWIN_REDIS_CLI" --cluster create "${cl_ports[@]/#/127.0.0.1:}" --cluster-replicas 0 \
-			--cluster-yes >"$work/cluster_create.log" 2>&1; then
-		for _ in $(seq 150); do
-			n=0
-			for p in "${cl_ports[@]}"; do
-				"$SLIDEWIN_REDIS_CLI" -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok && n=$((n + 1))
-			done
-			((n == 3)) && break
-			sleep 0.2
-		done
+	if cl=$(start_redis_cluster "$work/cluster" 3); then
+		read -r -a cl_ports <<<"$cl"
 		redis_port=${cl_ports[0]}
 		pg_port=$(free_port) &&
 			start_pg "$pg_port" "$work/pg" "redis-cluster://127.0.0.1:${cl_ports[0]},127.0.0.1:${cl_ports[1]}" &&

@@ -194,26 +194,11 @@ fi
 [[ -n $tls_port ]] || progress "no TLS Redis could be started: the rediss:// row is not measured"
 
 # A Redis Cluster of three masters, no replicas, for the redis-cluster:// row.
-cl_ports=()
 cl_url=
-for i in 1 2 3; do
-	p=$(free_cluster_port) && start_redis "$p" "$work/cluster$i" --cluster-enabled yes \
-		--cluster-config-file nodes.conf --cluster-node-timeout 5000 >/dev/null || break
-	cl_ports+=("$p")
-done
-if ((${#cl_ports[@]} == 3)) &&
-	redis-cli --cluster create "${cl_ports[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >/dev/null 2>&1; then
-	for _ in $(seq 100); do
-		n=0
-		for p in "${cl_ports[@]}"; do
-			redis-cli -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok && n=$((n + 1))
-		done
-		if ((n == 3)); then
-			cl_url="redis-cluster://127.0.0.1:${cl_ports[0]},127.0.0.1:${cl_ports[1]}"
-			break
-		fi
-		sleep 0.2
-	done
+mkdir -p "$work/cluster"
+if cl=$(start_redis_cluster "$work/cluster" 3); then
+	read -r -a cl_ports <<<"$cl"
+	cl_url="redis-cluster://127.0.0.1:${cl_ports[0]},127.0.0.1:${cl_ports[1]}"
 fi
 [[ -n $cl_url ]] || progress "no Redis Cluster could be started: the redis-cluster:// row is not measured"
 
