@@ -65,3 +65,36 @@ REVOKE EXECUTE ON FUNCTION rl_allow(text, bigint, interval, bigint, text, boolea
 DROP ROLE regress_up_user;
 GRANT EXECUTE ON FUNCTION rl_attempt(text, bigint, interval, bigint, text, boolean, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION rl_allow(text, bigint, interval, bigint, text, boolean, text) TO PUBLIC;
+
+-- 1.2's statistics arrive with the update: the views answer, and the reset
+-- is not PUBLIC's.
+SELECT calls >= 0 AS stats_answer FROM rl_stats;
+SELECT count(*) >= 0 AS rules_answer FROM rl_stats_rules;
+SELECT count(*) >= 0 AS keys_answer FROM rl_top_keys;
+SELECT has_function_privilege('public', 'rl_stats_reset()', 'EXECUTE') AS public_may_reset,
+       has_table_privilege('public', 'rl_stats', 'SELECT') AS public_may_read;
+
+-- The updated extension has exactly the objects of a fresh install.
+CREATE TEMP TABLE updated_objects AS
+  SELECT pg_describe_object(classid, objid, objsubid) AS object
+    FROM pg_depend
+   WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+     AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'slidewin');
+SET client_min_messages = warning;
+DROP EXTENSION slidewin;
+CREATE EXTENSION slidewin;
+RESET client_min_messages;
+SELECT extversion FROM pg_extension WHERE extname = 'slidewin';
+SELECT object AS only_after_update FROM updated_objects
+EXCEPT
+SELECT pg_describe_object(classid, objid, objsubid)
+  FROM pg_depend
+ WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'slidewin');
+SELECT pg_describe_object(classid, objid, objsubid) AS only_in_fresh_install
+  FROM pg_depend
+ WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'slidewin')
+EXCEPT
+SELECT object FROM updated_objects;
+SELECT count(*) AS objects_compared FROM updated_objects;

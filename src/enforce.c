@@ -31,6 +31,7 @@
 #include "fallback.h"
 #include "policy.h"
 #include "refund.h"
+#include "stats.h"
 #include "store_redis.h"
 
 #define ERRCODE_RATE_LIMITED MAKE_SQLSTATE('R','L','4','2','9')
@@ -115,10 +116,12 @@ log_denial(const RlArgs *args, const RlOutcome *o, bool shadow)
 			 errdetail("Redis could not answer and the failure policy denied the call.")));
 }
 
-static void
+/* Who answered: the deny cache, or the store policy_run used. */
+static StatsSource
 charge_call(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
 {
 	RlArgs		a = *args;
+	StatsSource source = STATS_DENY_CACHE;
 
 	a.force = !slidewin_enforce;
 	if (a.force || !deny_cache_lookup(&a, o))
@@ -128,6 +131,8 @@ charge_call(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
 		deny_cache_stamp(&a, &stamp);
 		policy_run(policy, &a, o, redis_store_attempt, fallback_attempt);
 		deny_cache_remember(&a, &stamp, o);
+		source = o->store[0] == 'r' ? STATS_REDIS :
+			o->store[0] == 'f' ? STATS_FALLBACK : STATS_POLICY;
 	}
 	if (!o->allowed)
 	{
@@ -142,12 +147,13 @@ charge_call(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
 	}
 	if (refund && o->recorded_ts >= 0)
 		refund_remember(args, o->recorded_ts);
+	return source;
 }
 
 void
 enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
 {
-	charge_call(args, policy, refund, true, o);
+	stats_count_call(args, o, charge_call(args, policy, refund, true, o));
 }
 
 void
@@ -245,12 +251,20 @@ enforce_wait(const RlArgs *args, int policy, bool refund,
 		int64		sleep_us;
 		long		sleep_ms;
 
-		charge_call(args, policy, refund, first, o);
+		StatsSource source = charge_call(args, policy, refund, first, o);
+
+		/* One call, counted once: with the answer it ends with. */
 		if (o->allowed)
+		{
+			stats_count_call(args, o, source);
 			return;
+		}
 		now = GetCurrentTimestamp();
 		if (now >= deadline)
+		{
+			stats_count_call(args, o, source);
 			return;
+		}
 		sleep_us = Max(o->retry_us, o->known ? 1000 : 50000);
 		sleep_us = Min(sleep_us, deadline - now);
 		sleep_ms = (long) ((sleep_us + 999) / 1000);

@@ -22,6 +22,7 @@
 #include "deny_cache.h"
 #include "fallback.h"
 #include "policy.h"
+#include "stats.h"
 
 const struct config_enum_entry policy_options[] = {
 	{"fallback", POLICY_FALLBACK, false},
@@ -96,6 +97,10 @@ policy_redis_may_be_tried(RedisResult *r)
 void
 policy_redis_failed(const RedisResult *r)
 {
+	stats_redis_failed(r->status);
+	/* Under Cluster the breakers are per node (redis_cluster.c). */
+	if (!redis_target_is_cluster() && slidewin_redis_retry_interval > 0)
+		stats_breaker_trip();
 	last_failure_status = r->status;
 	strlcpy(last_failure, r->message, sizeof(last_failure));
 	redis_failed_at = GetCurrentTimestamp();

@@ -34,6 +34,7 @@
 #include "policy.h"
 #include "redis_cluster.h"
 #include "redis_link.h"
+#include "stats.h"
 
 #define CLUSTER_MAX_REDIRECTS 5
 #define CLUSTER_REFRESH_MS 250
@@ -62,6 +63,8 @@ static TimestampTz link_failed_at[REDIS_MAX_LINKS];
 static void
 node_failed(int i)
 {
+	if (slidewin_redis_retry_interval > 0)
+		stats_breaker_trip();
 	link_failed_at[i] = GetCurrentTimestamp();
 	if (link_failed_at[i] == 0)
 		link_failed_at[i] = 1;

@@ -29,6 +29,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -44,6 +45,7 @@
 #include "redis_link.h"
 #include "redis_tls.h"
 #include "reply_cap.h"
+#include "stats.h"
 
 int			slidewin_connect_timeout = 200;
 int			slidewin_command_timeout = 100;
@@ -60,6 +62,7 @@ typedef struct RedisConn
 	bool		mid_exchange;	/* a command was sent whose reply was not read */
 	uint64		id;				/* which connection this is (see redis_connection_id) */
 	int			pipelined;		/* replies owed to redis_pipeline_append */
+	bool		was_open;		/* a connection was open here before */
 	char		peer[300];		/* the server being opened or open, for messages */
 } RedisConn;
 
@@ -78,6 +81,16 @@ typedef enum WaitOutcome
 	WAIT_READY,
 	WAIT_TIMEOUT
 } WaitOutcome;
+
+/* Microseconds on the monotonic clock, for round-trip times. */
+static int64
+mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 /* ---------------------------------------------------------------------
  * Connection life cycle
@@ -299,6 +312,7 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 	char		detail[128];
 	char		ioerr[256];
 	int			wait_for = WL_SOCKET_READABLE;
+	int64		sent_at;
 
 	if (cur->pipelined > 0)
 	{
@@ -307,6 +321,7 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 		return RS_FAIL_IO;
 	}
 	cur->mid_exchange = true;
+	sent_at = mono_us();
 	if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK)
 	{
 		redis_link_message(result, RS_FAIL_IO, "could not format command", c->errstr);
@@ -385,6 +400,7 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 	}
 
 	cur->mid_exchange = false;
+	stats_redis_rtt(mono_us() - sent_at);
 	result->reply = (redisReply *) reply;
 	if (result->reply->type == REDIS_REPLY_ERROR)
 	{
@@ -950,6 +966,9 @@ void
 redis_link_opened(void)
 {
 	cur->id = ++connections_opened;
+	if (cur->was_open)
+		stats_reconnect();
+	cur->was_open = true;
 }
 
 /* ---------------------------------------------------------------------

@@ -55,6 +55,7 @@
 #include "redis_conn.h"
 #include "refund.h"
 #include "scripts.h"
+#include "stats.h"
 #include "store_redis.h"
 
 bool		slidewin_refund_on_abort = false;
@@ -268,7 +269,10 @@ finish(RefundEntry *e, bool given_back)
 		n_sent--;
 	e->state = ENTRY_DONE;
 	if (given_back)
+	{
 		refund_done_count++;
+		stats_refund(true);
+	}
 	deny_cache_refund_end(e->key_hash, e->ever_sent);
 	while (q_head < n_queue && queue[q_head]->state == ENTRY_DONE)
 		q_head++;
@@ -458,6 +462,7 @@ static void
 warn_dropped(int level, RefundEntry *e, const char *why)
 {
 	refund_dropped_count++;
+	stats_refund(false);
 	ereport(level,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
 			 errmsg("slidewin could not give back " INT64_FORMAT " units of an aborted transaction",
@@ -725,6 +730,7 @@ refund_at_exit(int code, Datum arg)
 		{
 			unsent++;
 			refund_dropped_count++;
+			stats_refund(false);
 		}
 		/* a sent one may have been applied: move the generation anyway */
 		finish(e, false);

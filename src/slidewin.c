@@ -15,6 +15,7 @@
 #include "access/xlog.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -27,6 +28,7 @@
 #include "redis_conn.h"
 #include "redis_tls.h"
 #include "refund.h"
+#include "stats.h"
 #include "store_redis.h"
 
 PG_MODULE_MAGIC;
@@ -348,6 +350,41 @@ define_settings(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("slidewin.stats",
+							 gettext_noop("Count what the limiter decides, for the rl_stats views."),
+							 gettext_noop("Needs shared_preload_libraries = 'slidewin'."),
+							 &slidewin_stats,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	/*
+	 * Sizes of shared memory: settable only at server start, and defined
+	 * only when the library is preloaded (PostgreSQL refuses postmaster
+	 * settings from a library loaded later).
+	 */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		DefineCustomIntVariable("slidewin.stats_max_rules",
+								gettext_noop("Rules (algorithm, lim, win) counted apart in rl_stats_rules."),
+								gettext_noop("Rules beyond it are counted together in one overflow row."),
+								&slidewin_stats_max_rules,
+								1000, 0, 100000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
+		DefineCustomIntVariable("slidewin.track_keys",
+								gettext_noop("Keys with the most denials kept in rl_top_keys; 0 turns it off."),
+								NULL,
+								&slidewin_track_keys,
+								1000, 0, 100000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+	}
+
 	MarkGUCPrefixReserved("slidewin");
 }
 
@@ -356,6 +393,7 @@ _PG_init(void)
 {
 	define_settings();
 	deny_cache_init();
+	stats_init();
 	fallback_init();
 	refund_init();
 }

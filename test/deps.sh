@@ -26,6 +26,9 @@ packages=(
 	libclang-rt-14-dev
 	procps
 	util-linux
+	prometheus-postgres-exporter
+	curl
+	gnuplot-nox
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

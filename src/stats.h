@@ -1,0 +1,44 @@
+/*
+ * stats.h
+ *		Server-wide counters of what the limiter decided, per rule and for
+ *		the keys denied most (stats.c), read through the rl_stats,
+ *		rl_stats_rules and rl_top_keys views.
+ *
+ * Every function here is cheap, never ERRORs, takes no lock that all
+ * backends share on the deny cache's path, and does nothing when the
+ * library was not preloaded or slidewin.stats is off. The recording
+ * functions are safe in transaction abort and at backend exit.
+ */
+#ifndef SLIDEWIN_STATS_H
+#define SLIDEWIN_STATS_H
+
+#include "limit.h"
+#include "redis_conn.h"
+
+extern bool slidewin_stats;
+extern int	slidewin_stats_max_rules;
+extern int	slidewin_track_keys;
+
+/* Who gave a call its answer. */
+typedef enum StatsSource
+{
+	STATS_REDIS,
+	STATS_FALLBACK,
+	STATS_POLICY,				/* allow or deny without a store */
+	STATS_DENY_CACHE
+} StatsSource;
+
+extern void stats_init(void);
+
+/* A charging call's final answer (rl_wait: once, after its last try). */
+extern void stats_count_call(const RlArgs *args, const RlOutcome *o, StatsSource source);
+
+/* Redis could not answer a call (it goes to the failure policy). */
+extern void stats_redis_failed(RedisStatus status);
+extern void stats_breaker_trip(void);
+extern void stats_reconnect(void);
+extern void stats_refund(bool done);
+/* One request answered by Redis, in microseconds from sending to reply. */
+extern void stats_redis_rtt(int64 us);
+
+#endif
