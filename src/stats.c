@@ -37,7 +37,10 @@
  * may belong to keys it replaced. A key's true count is between its count
  * minus its error and its count. Lookups, insertions and replacements are
  * under the LWLock; counts under each entry's spinlock, and a backend that
- * knows where a key is goes straight to the entry, as for rules. Admitted
+ * knows where a key is goes straight to the entry, as for rules. A filter of
+ * counts per bucket of key hashes, changed under the LWLock and read without
+ * it, tells an admitted call whose key is not tracked (nearly every one) that
+ * it has nothing to count. Admitted
  * units are counted for tracked keys only, from when they were tracked.
  * Denials by the deny policy while Redis is down are not a key's doing and
  * are left out; those of every store (and the deny cache) count.
@@ -169,13 +172,15 @@ typedef struct StatsShared
 	int			rules_used;
 	int			max_keys;
 	int			keys_used;
-	/* then: slots, rules (max_rules + 1, the last the overflow), keys */
+	uint32		filter_mask;	/* filter entries - 1 */
+	/* then: slots, rules (max_rules + 1, the last the overflow), keys, filter */
 } StatsShared;
 
 static StatsShared *ss = NULL;
 static char *slots_base = NULL;
 static RuleEntry *rules = NULL;
 static KeyEntry *keys = NULL;
+static pg_atomic_uint32 *key_filter = NULL;
 static HTAB *rule_hash = NULL;
 static HTAB *key_hash = NULL;
 
@@ -199,6 +204,21 @@ slot_stride(void)
 	return TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(StatsSlot));
 }
 
+/*
+ * Entries of the filter of tracked keys: counts of tracked keys per bucket
+ * of key hashes, at least 16 buckets per key so that an admitted key that is
+ * not tracked is almost always told so without the LWLock.
+ */
+static uint32
+filter_entries(void)
+{
+	uint32		n = 1024;
+
+	while (n < (uint32) slidewin_track_keys * 16 && n < (1U << 20))
+		n <<= 1;
+	return n;
+}
+
 static Size
 stats_struct_size(void)
 {
@@ -207,6 +227,7 @@ stats_struct_size(void)
 	size = add_size(size, mul_size(process_slots() + 1, slot_stride()));
 	size = add_size(size, mul_size(slidewin_stats_max_rules + 1, MAXALIGN(sizeof(RuleEntry))));
 	size = add_size(size, mul_size(slidewin_track_keys, MAXALIGN(sizeof(KeyEntry))));
+	size = add_size(size, mul_size(filter_entries(), sizeof(pg_atomic_uint32)));
 	return size;
 }
 
@@ -243,6 +264,8 @@ stats_shmem_startup(void)
 	rules = (RuleEntry *) p;
 	p += (slidewin_stats_max_rules + 1) * MAXALIGN(sizeof(RuleEntry));
 	keys = (KeyEntry *) p;
+	p += slidewin_track_keys * MAXALIGN(sizeof(KeyEntry));
+	key_filter = (pg_atomic_uint32 *) p;
 	if (!found)
 	{
 		memset(ss, 0, sizeof(StatsShared));
@@ -274,6 +297,9 @@ stats_shmem_startup(void)
 			memset(&keys[i], 0, offsetof(KeyEntry, key));
 			SpinLockInit(&keys[i].mutex);
 		}
+		ss->filter_mask = filter_entries() - 1;
+		for (uint32 i = 0; i <= ss->filter_mask; i++)
+			pg_atomic_init_u32(&key_filter[i], 0);
 	}
 
 	memset(&info, 0, sizeof(info));
@@ -417,7 +443,7 @@ stats_refund(bool done)
  * ---------------------------------------------------------------------
  */
 
-#define RULE_CACHE 64
+#define RULE_CACHE 256
 
 typedef struct RuleCacheEntry
 {
@@ -618,11 +644,13 @@ key_track(uint64 hash, const RlArgs *args, const RlOutcome *o, TimestampTz now)
 			}
 		}
 		hash_search(key_hash, &keys[victim].hash, HASH_REMOVE, NULL);
+		pg_atomic_fetch_sub_u32(&key_filter[keys[victim].hash & ss->filter_mask], 1);
 	}
 	h = hash_search(key_hash, &hash, HASH_ENTER_NULL, &found);
 	if (h == NULL)
 		return -1;				/* cannot happen: one out, one in */
 	h->index = victim;
+	pg_atomic_fetch_add_u32(&key_filter[hash & ss->filter_mask], 1);
 	e = &keys[victim];
 	SpinLockAcquire(&e->mutex);
 	e->hash = hash;
@@ -649,6 +677,9 @@ count_key(const RlArgs *args, const RlOutcome *o)
 
 	if (hash == 0)
 		hash = 1;
+	/* No tracked key in the bucket: an admission has nothing to count. */
+	if (o->allowed && pg_atomic_read_u32(&key_filter[hash & ss->filter_mask]) == 0)
+		return;
 	lc = &key_cache[hash % KEY_CACHE];
 	if (lc->hash == hash)
 	{
@@ -956,6 +987,8 @@ slidewin_stats_reset(PG_FUNCTION_ARGS)
 		SpinLockRelease(&e->mutex);
 	}
 	ss->keys_used = 0;
+	for (uint32 i = 0; i <= ss->filter_mask; i++)
+		pg_atomic_write_u32(&key_filter[i], 0);
 
 	pg_atomic_fetch_add_u64(&ss->reset_gen, 1);
 	pg_atomic_fetch_add_u64(&ss->keys_gen, 1);

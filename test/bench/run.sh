@@ -217,12 +217,14 @@ mapfile -t info < <(sql -c "LOAD 'slidewin'" \
 	-c "SELECT count(*) FROM pg_settings WHERE name = 'slidewin.deny_cache'" \
 	-c "SELECT count(*) FROM pg_proc WHERE proname = 'rl_attempt' AND 'algorithm' = ANY (proargnames)" \
 	-c "SELECT extversion FROM pg_extension WHERE extname = 'slidewin'" \
-	-c "SELECT current_setting('server_version')")
+	-c "SELECT current_setting('server_version')" \
+	-c "SELECT count(*) FROM pg_settings WHERE name = 'slidewin.stats'")
 kp=${info[0]}
 has_deny_cache=${info[1]}
 has_algorithm=${info[2]}
 ext_version=${info[3]}
 pg_version=${info[4]}
+has_stats=${info[5]:-0}
 redis_version=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')
 rkey() { printf '%slog:%s' "$kp" "$1"; } # Redis key of a slidewin key
 lkey() { printf '%slogr:%s' "$kp" "$1"; } # and of its ledger of refunds
@@ -324,6 +326,17 @@ if ((has_deny_cache)); then
 else
 	add_row deny A pgbench '`rl_attempt`, exhausted key (denial path)' \
 		"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
+fi
+# Statistics (slidewin.stats, a superuser setting): the same workloads with
+# the counting turned off, for target 10.
+if ((has_stats)); then
+	add_row stats_off A pgbench "\`rl_attempt\`, $(kfmt $many_keys) keys, Redis store, \`slidewin.stats = off\`" "$(many_sql k)"
+	R_opts[stats_off]="-c slidewin.stats=off"
+	if ((has_deny_cache)); then
+		add_row deny_stats_off A pgbench '`rl_attempt`, exhausted key (denial path), deny_cache on, `slidewin.stats = off`' \
+			"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
+		R_opts[deny_stats_off]="-c slidewin.deny_cache=on -c slidewin.stats=off"
+	fi
 fi
 for algo in sliding_counter token_bucket; do
 	id=algo_$algo
@@ -864,6 +877,18 @@ for c in "${clients[@]}"; do
 	target "9 ($c cl.)" 'Cluster: `rl_attempt` on 3 masters ≥ 0.8 × the single-server row, many keys (one machine: the cluster cannot be faster here)' \
 		"$(ratio "${tps[cluster.$c]:-}" "${tps[many.$c]:-}")" 0.8 x
 done
+if ((has_stats)); then
+	for c in "${clients[@]}"; do
+		target "10 ($c cl.)" 'Statistics: many keys, Redis store, stats on ≥ 0.97 × `slidewin.stats = off`' \
+			"$(ratio "${tps[many.$c]:-}" "${tps[stats_off.$c]:-}")" 0.97 x
+	done
+	if ((has_deny_cache)); then
+		for c in "${clients[@]}"; do
+			target "10d ($c cl.)" 'Statistics on the denial path (deny cache): stats on ≥ 0.97 × `slidewin.stats = off`' \
+				"$(ratio "${tps[deny.$c]:-}" "${tps[deny_stats_off.$c]:-}")" 0.97 x
+		done
+	fi
+fi
 mem_growth_kb=
 if [[ -n $mem_ok ]]; then
 	mem_growth_kb=$((rss1 - rss0))
@@ -975,6 +1000,9 @@ result=$work/RESULTS.md
 	echo "- PL/pgSQL baseline: \`plbase.attempt\` from \`test/bench/plpgsql_baseline.sql\` (an exact sliding log in an unlogged table, the window summed on every call, calls of one key serialised by a transaction-level advisory lock), same workloads: many keys as above; hot key one key, lim 1e9 per 1 second (the window holds the last second of calls). The fallback hot-key rows use the same hot-key workload (pure and breaker rows each on a key of their own; likewise their many-keys rows)."
 	echo "- Redis down: Redis is stopped (connections refused at once); \`slidewin.on_redis_error = fallback\`. Pure fallback: \`slidewin.redis_retry_interval = 1h\`, so each backend tries Redis only at its first call. Breaker default: 1000 ms, so each backend tries again every second. These four rows run in slices of $slice_b s, round-robin, each slice with new connections: every backend fails to reach Redis at its first call, and with the default interval tries once more about 1 s later (so about one retry per backend per $slice_b s, where a long-lived connection would retry once a second). Both stores delete the expired rows of the key they serve, which leaves dead rows behind until a VACUUM: the fallback table (for the Redis-down rows) and \`plbase.log\` (for the baseline rows) are vacuumed before each slice, so that every slice starts from the same state. The continuous row shows what happens without that: one pure-fallback hot-key run of $long_secs s, from a vacuumed table, with pgbench's per-second tps (\`-P 1\`) first and last in the Notes. A Redis that drops packets instead of refusing would cost up to \`slidewin.connect_timeout\` per retry; this benchmark does not measure that."
 	echo "- TLS: a second Redis on a TLS-only port with a throwaway CA (certificate for \`localhost\`, full verification); the \`rl_attempt\` row is the many-keys workload through \`rediss://localhost\`, and the redis-benchmark row the same \`EVALSHA\` as above over TLS (\`--tls --cacert\`), so that target 8 can be read against what TLS costs Redis and a C client with no PostgreSQL in the loop."
+	if ((has_stats)); then
+		echo "- Statistics: the server preloads slidewin, so every call is counted in shared memory (\`rl_stats\`, \`rl_stats_rules\`, \`rl_top_keys\`; \`slidewin.stats\` on, the default). The \`slidewin.stats = off\` rows are the many-keys and denial-path workloads with the counting off (\`PGOPTIONS\`), in the same round-robin slices, for target 10."
+	fi
 	echo "- Cluster: three more Redis servers joined by \`redis-cli --cluster create\` (3 masters, no replicas, on the same machine); the many-keys workload through \`redis-cluster://\`, with keys spread over the masters by their hash tag."
 	echo "- Redis-store rows: calls that Redis did not answer within \`slidewin.command_timeout\` go to the fallback store; the Notes say so where that happened (counted from the rows it wrote)."
 	echo "- Memory: one psql connection; after a warm-up of 1,000 calls (library loaded, Redis connected), the backend reads its own \`/proc/self/status\` (VmRSS, RssAnon), makes $(commas $mem_calls) \`rl_attempt\` calls over 1,000 keys (lim 1,000,000 per 1 minute) as $(commas $mem_stmts) statements of 100 calls each (so both per-call and per-statement memory are exercised; one call per statement would take longer than the time budget), and reads it again. The target is judged on VmRSS. Redis bytes per entry: \`MEMORY USAGE key SAMPLES 0\` of a key holding that many entries, divided by the entries."

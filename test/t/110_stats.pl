@@ -37,7 +37,21 @@ is(sql('SELECT calls, admitted, denied, units_admitted FROM rl_stats'),
 is(sql('SELECT calls, admitted, denied FROM rl_stats_rules WHERE lim = 300'),
 	'800|300|500', 'and so do the rule\'s');
 is($redis->cli('zcard', 'slidewin:log:st:hot'), '300', 'Redis holds the 300 admitted');
-is(sql(q{SELECT key, denied, error FROM rl_top_keys}), 'st:hot|500|0',
+# Many quick calls at once (denials from the deny cache): no count is lost
+# between backends counting at the same moment.
+sql('SELECT rl_stats_reset()');
+$node->pgbench(
+	'-n -c 8 -j 2 -t 3000',
+	0,
+	[qr{processed: 24000/24000}],
+	[qr{^$}],
+	'8 clients x 3000 calls on an exhausted key',
+	{ '110_denied' => q{SELECT rl_allow('st:hot', 300, '1 hour');} });
+is(sql('SELECT calls, denied, deny_cache_hits + redis_calls FROM rl_stats'),
+	'24000|24000|24000', '24,000 denials counted, none lost');
+is(sql('SELECT calls, denied FROM rl_stats_rules WHERE lim = 300'), '24000|24000',
+	'the rule\'s too');
+is(sql(q{SELECT key, denied, error FROM rl_top_keys}), 'st:hot|24000|0',
 	'the one denied key, exactly');
 is(sql('SELECT calls = redis_calls + deny_cache_hits + fallback_calls + policy_answers FROM rl_stats'),
 	't', 'each call has one source');
