@@ -674,6 +674,7 @@ count_key(const RlArgs *args, const RlOutcome *o)
 	KeyHashEntry *h;
 	uint64		gen;
 	int			index;
+	bool		found;
 
 	if (hash == 0)
 		hash = 1;
@@ -691,16 +692,16 @@ count_key(const RlArgs *args, const RlOutcome *o)
 	}
 
 	gen = pg_atomic_read_u64(&ss->keys_gen);
-	if (o->allowed)
-	{
-		LWLockAcquire(ss->lock, LW_SHARED);
-		h = hash_search(key_hash, &hash, HASH_FIND, NULL);
-		index = h ? h->index : -1;
-		if (index >= 0 && !key_try(index, hash, args, o, now))
-			index = -1;
-		LWLockRelease(ss->lock);
-	}
-	else
+	LWLockAcquire(ss->lock, LW_SHARED);
+	h = hash_search(key_hash, &hash, HASH_FIND, NULL);
+	found = h != NULL;
+	index = h ? h->index : -1;
+	if (index >= 0 && !key_try(index, hash, args, o, now))
+		index = -1;				/* another key with the same 64-bit hash */
+	LWLockRelease(ss->lock);
+
+	/* A denied key that is not tracked: track it (exclusive). */
+	if (!found && !o->allowed)
 	{
 		LWLockAcquire(ss->lock, LW_EXCLUSIVE);
 		h = hash_search(key_hash, &hash, HASH_FIND, NULL);
@@ -708,8 +709,6 @@ count_key(const RlArgs *args, const RlOutcome *o)
 			index = key_track(hash, args, o, now);
 		else if (key_try(h->index, hash, args, o, now))
 			index = h->index;
-		else
-			index = -1;			/* another key with the same 64-bit hash */
 		LWLockRelease(ss->lock);
 	}
 	lc->hash = hash;

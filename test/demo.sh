@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: start a throwaway Redis and PostgreSQL on loopback, run the
 # scenario in demo.sql, the boundary experiment in demo_boundary.sql and the
-# Sentinel failover scene of demo_failover.sh and the Redis Cluster scene
-# of demo_cluster.sh against them, and stop
+# Sentinel failover scene of demo_failover.sh, the Redis Cluster scene
+# of demo_cluster.sh and the statistics of demo_stats.sql against them, and stop
 # everything again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,3 +29,4 @@ echo "slidewin demo: PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis
 "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo_boundary.sql"
 bash "$here/demo_failover.sh" "$work" "$pg_port"
 bash "$here/demo_cluster.sh" "$work" "$pg_port"
+"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo_stats.sql"
