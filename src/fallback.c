@@ -92,6 +92,14 @@
 #define FB_ATT_EXPIRES 5
 #define FB_NATTS 5
 
+/* Columns of rl_fallback_state (see "The counting algorithms" below). */
+#define ST_ATT_KEY 1
+#define ST_ATT_ALGO 2
+#define ST_ATT_S 3
+#define ST_ATT_A 4
+#define ST_ATT_B 5
+#define ST_ATT_EXPIRES 6
+
 /* Expired rows an admitting call deletes, and the most it looks at. */
 #define SWEEP_PER_CALL 4
 #define SWEEP_MAX_VISITS 64
@@ -395,17 +403,37 @@ delete_key(FbScan *s)
 	index_endscan(scan);
 }
 
-/* Delete the rows of the key that left its window. The caller holds its lock. */
+/*
+ * Delete the rows of the key that left its window: those with ts in
+ * (from, cutoff]. The caller holds the key's lock.
+ *
+ * The scan starts at `from`, not at the key's first index entry: what lies
+ * before it are the entries of rows that earlier calls deleted, which stay
+ * in the index until a VACUUM, and stepping over them on every call would
+ * make each call slower than the last. An expired row older than `from`
+ * (left by a call with a longer window) harms no lookup, which never reads
+ * expired rows, and sweep() deletes it by its expiry.
+ */
 static void
-delete_expired(FbScan *s, int64 cutoff)
+delete_expired(FbScan *s, int64 from, int64 cutoff)
 {
-	IndexScanDesc scan = scan_begin(s, IDX_KEY_TS, BTLessEqualStrategyNumber, cutoff);
+	IndexScanDesc scan = scan_begin(s, IDX_KEY_TS, BTGreaterStrategyNumber, from);
 	FbEntry		e;
 
-	while (scan_next(s, scan, ForwardScanDirection, &e))
+	while (scan_next(s, scan, ForwardScanDirection, &e) && e.ts <= cutoff)
 		try_delete(s, &e.tid);
 	index_endscan(scan);
 }
+
+/*
+ * Per table, for this backend: the expiry below which the rows have been
+ * swept already (or left to another deleter), so that a sweep starts there
+ * instead of stepping over the index entries of every row deleted since the
+ * last VACUUM. Rows are written with an expiry after the clock, so none can
+ * appear below it later, unless the clock goes back (slidewin.test_now),
+ * which starts the sweep from the beginning again.
+ */
+static int64 swept_to[TBL_COUNT];
 
 /*
  * Delete up to `want` rows of any key whose window ended before now, looking
@@ -415,22 +443,36 @@ delete_expired(FbScan *s, int64 cutoff)
 static bool
 sweep(FbScan *s, int64 now, int want)
 {
-	IndexScanDesc scan = scan_begin(s, IDX_EXPIRES, BTLessStrategyNumber, now);
+	int64	   *mark = &swept_to[s->tbl - tables];
+	int			attno = s->tbl == &tables[TBL_STATE] ? ST_ATT_EXPIRES : FB_ATT_EXPIRES;
+	IndexScanDesc scan;
 	FbEntry		e;
 	int			deleted = 0;
 	int			visits = 0;
 	bool		more = false;
 
+	if (*mark >= now)
+		*mark = PG_INT64_MIN;	/* the clock went back */
+	scan = scan_begin(s, IDX_EXPIRES, BTGreaterStrategyNumber, *mark);
 	while (scan_next(s, scan, ForwardScanDirection, &e))
 	{
+		bool		isnull;
+		int64		expires = DatumGetInt64(slot_getattr(s->slot, attno, &isnull));
+
+		if (expires >= now)
+			break;
 		if (try_delete(s, &e.tid))
 			deleted++;
 		if (deleted >= want || ++visits >= SWEEP_MAX_VISITS)
 		{
+			/* rows of this very expiry may remain: start at it next time */
+			*mark = expires - 1;
 			more = true;
 			break;
 		}
 	}
+	if (!more)
+		*mark = now - 1;
 	index_endscan(scan);
 	return more;
 }
@@ -639,7 +681,8 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 		if (st.newest.found && ts <= st.newest.ts)
 			ts = st.newest.ts + 1;
 		/* This key's expired rows go at once, other keys' a few at a time. */
-		delete_expired(&s, st.now - st.maxwin);
+		if (st.newest.found)
+			delete_expired(&s, st.newest.ts - st.maxwin - 1, st.now - st.maxwin);
 		if (total >= TOTAL_RESTART && st.newest.ts <= st.now - st.maxwin)
 			total = 0;
 		sweep(&s, ts, SWEEP_PER_CALL);
@@ -692,12 +735,6 @@ log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
  *   token_bucket:    a = theoretical arrival time (us, fractional)
  * ---------------------------------------------------------------------
  */
-#define ST_ATT_KEY 1
-#define ST_ATT_ALGO 2
-#define ST_ATT_S 3
-#define ST_ATT_A 4
-#define ST_ATT_B 5
-#define ST_ATT_EXPIRES 6
 
 /* Rows of one key a reader may see at once: the live one plus expired ones
  * that sweeps are deleting; more would mean sweeps are failing for good. */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: start a throwaway Redis and PostgreSQL on loopback, run the
-# scenario in demo.sql, the boundary experiment in demo_boundary.sql and the
+# scenario in demo.sql, the boundary experiment in demo_boundary.sql (and its
+# chart, test/bench/charts/boundary.svg, drawn by test/bench/charts.sh) and the
 # Sentinel failover scene of demo_failover.sh, the Redis Cluster scene
 # of demo_cluster.sh and the statistics of demo_stats.sql against them, and stop
 # everything again.
@@ -27,6 +28,15 @@ start_pg "$pg_port" "$work/pg" "$redis_port" >/dev/null
 echo "slidewin demo: PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis_port"
 "$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo.sql"
 "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo_boundary.sql"
+# The same experiment on the test clock, call by call, drawn with gnuplot.
+chart_dir=${SLIDEWIN_DEMO_CHARTS:-$here/bench/charts}
+mkdir -p "$chart_dir"
+"$PG_BINDIR/psql" -X -q -At -F $'\t' -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres \
+	-f "$here/bench/boundary.sql" >"$work/boundary.tsv"
+bash "$here/bench/charts.sh" boundary "$work/boundary.tsv" "$chart_dir/boundary.svg"
+echo "The same experiment on the test clock (a call every 10 ms from 9 s to 11 s), call by call:"
+awk -F '\t' '{ last[$1] = $3 } END { for (a in last) printf "   %-16s %3d admitted\n", a, last[a] }' "$work/boundary.tsv" | sort -k2,2nr
+echo "drawn in $chart_dir/boundary.svg (set SLIDEWIN_DEMO_CHARTS to draw it elsewhere)"
 bash "$here/demo_failover.sh" "$work" "$pg_port"
 bash "$here/demo_cluster.sh" "$work" "$pg_port"
 "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo_stats.sql"
