@@ -730,7 +730,9 @@ redis_link_open_socket(const char *addr, int port, const char *name, TimestampTz
 	ReleaseExternalFD();
 	cur->wes = CreateWaitEventSet(TopMemoryContext, 3);
 	AddWaitEventToSet(cur->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(cur->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	/* As WaitLatchOrSocket does: a single-user backend has no postmaster. */
+	if (IsUnderPostmaster)
+		AddWaitEventToSet(cur->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	cur->sock_pos = AddWaitEventToSet(cur->wes, WL_SOCKET_WRITEABLE,
 									  cur->ctx->fd, NULL, NULL);
 	cur->sock_events = WL_SOCKET_WRITEABLE;
