@@ -259,7 +259,7 @@ fi
 
 rows=()
 declare -A R_label=() R_kind=() R_phase=() R_script=() R_opts=() R_na=() R_err0=()
-declare -A R_redis=() R_zkey=() R_zstart=() R_prep=() R_vacuum=() R_extra=()
+declare -A R_redis=() R_zkey=() R_zstart=() R_prep=() R_vacuum=() R_extra=() R_mode=()
 # R_rconn: redis-cli/redis-benchmark connection options of an evalsha row
 declare -A R_rconn=()
 
@@ -273,7 +273,7 @@ add_row() {
 	R_kind[$id]=$3
 	R_label[$id]=$4
 	if [[ $3 == pgbench ]]; then
-		[[ $5 == *SELECT* ]] || die "internal: workload $id has no SQL"
+		[[ $5 == *SELECT* || $5 == *UPDATE* ]] || die "internal: workload $id has no SQL"
 		R_script[$id]=$work/scripts/$id.sql
 		{
 			echo "\\set k random(1, $many_keys)"
@@ -307,6 +307,8 @@ many_sql() { # many_sql PREFIX [EXTRA ARGS]
 }
 
 add_row s1 A pgbench '`SELECT 1`' 'SELECT 1;'
+add_row s1_simple A pgbench '`SELECT 1`, simple query protocol' 'SELECT 1;'
+R_mode[s1_simple]=simple
 add_row evalsha A evalsha "redis-benchmark \`EVALSHA\` of slidewin's sliding-log script, $(kfmt $many_keys) keys"
 if [[ -n $evalsha_problem ]]; then R_err0[evalsha]=$evalsha_problem; fi
 add_row many A pgbench "\`rl_attempt\`, $(kfmt $many_keys) keys, Redis store (cost = 1)" "$(many_sql k)"
@@ -348,6 +350,11 @@ if ((has_deny_cache)); then
 		"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
 	R_opts[deny]="-c slidewin.deny_cache=on"
 	R_opts[deny_off]="-c slidewin.deny_cache=off"
+	# The same denial as psql, psycopg2 or any driver that sends its query as
+	# text sends it: parsed and planned at every call.
+	add_row deny_simple A pgbench '`rl_attempt`, exhausted key (denial path), deny_cache on, simple query protocol' \
+		"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
+	R_opts[deny_simple]="-c slidewin.deny_cache=on" R_mode[deny_simple]=simple
 else
 	add_row deny A pgbench '`rl_attempt`, exhausted key (denial path)' \
 		"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
@@ -415,6 +422,20 @@ R_vacuum[pl_many]=plbase.log R_vacuum[pl_hot]=plbase.log R_vacuum[pl_steady]=plb
 R_zkey[hot0]=hot0 R_zstart[hot0]=0 R_prep[hot0]=empty
 R_zkey[hotmid]=hotmid R_zstart[hotmid]=$n_mid R_prep[hotmid]=tplmid
 R_zkey[hotbig]=hotbig R_zstart[hotbig]=$n_big R_prep[hotbig]=tplbig
+
+# What a store that writes one row per call can do at best: one UPDATE of
+# one row of an unlogged table per transaction, by primary key, with no
+# lock, no read and no decision. Neither the fallback store nor any other
+# design that keeps its state in a table can beat these rows.
+add_row upd_many A pgbench "one-row \`UPDATE\` of an unlogged table, $(kfmt $many_keys) rows (the ceiling of any per-call table write)" \
+	"UPDATE bench_ceiling SET v = v + 1 WHERE k = :k;"
+add_row upd_hot A pgbench 'one-row `UPDATE` of an unlogged table, one hot row (the same ceiling on one key)' \
+	"UPDATE bench_ceiling SET v = v + 1 WHERE k = 0;"
+sql -c "CREATE UNLOGGED TABLE bench_ceiling (k int PRIMARY KEY, v bigint NOT NULL)" \
+	-c "INSERT INTO bench_ceiling SELECT g, 0 FROM generate_series(0, $many_keys) g" \
+	-c "VACUUM ANALYZE bench_ceiling" >/dev/null ||
+	{ R_err0[upd_many]="could not create the table of the ceiling rows"; R_err0[upd_hot]=${R_err0[upd_many]}; }
+R_vacuum[upd_many]=bench_ceiling R_vacuum[upd_hot]=bench_ceiling
 
 baseline=$repo/test/bench/plpgsql_baseline.sql
 if [[ -f $baseline ]]; then
@@ -523,7 +544,7 @@ run_slice() {
 	local extra=()
 	read -r -a extra <<<"${R_extra[$id]:-}"
 	env PGOPTIONS="${R_opts[$id]:-}" "$PGBENCH" -h 127.0.0.1 -p "$pg_port" -U postgres \
-		-n -M prepared -f "${R_script[$id]}" -c "$c" -j "$j" "${dur[@]}" "${extra[@]}" \
+		-n -M "${R_mode[$id]:-prepared}" -f "${R_script[$id]}" -c "$c" -j "$j" "${dur[@]}" "${extra[@]}" \
 		-l --log-prefix="$dir/lat$round" postgres >"$out" 2>&1 || rc=$?
 	txn=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$out")
 	failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$out")
@@ -898,6 +919,12 @@ if [[ -n ${tps[s1.1]:-} && -n ${tps[evalsha.1]:-} ]]; then
 fi
 target 1 'Redis path, 1 client, many keys: tps ≥ 0.85 × 1 / (1/tps(`SELECT 1`) + 1/tps(`EVALSHA`))' \
 	"${tps[many.1]:-}" "$need1" tps
+need8=
+if [[ -n ${tps[s1.8]:-} && -n ${tps[evalsha.8]:-} ]]; then
+	need8=$(awk -v a="${tps[s1.8]}" -v b="${tps[evalsha.8]}" 'BEGIN { printf "%.1f", 0.85 / (1 / a + 1 / b) }')
+fi
+target '1 (8 cl.)' 'Redis path, 8 clients, many keys: tps ≥ 0.85 × 1 / (1/tps(`SELECT 1`) + 1/tps(`EVALSHA`))' \
+	"${tps[many.8]:-}" "$need8" tps
 
 # 2. Hot key: full window against an empty one (the faster of the two empty rows).
 for c in "${clients[@]}"; do
@@ -924,10 +951,21 @@ for c in "${clients[@]}"; do
 	target "4 ($c cl.)" "Denial path$deny_note: tps ≥ 0.8 × tps(\`SELECT 1\`)" \
 		"$(ratio "${tps[deny.$c]:-}" "${tps[s1.$c]:-}")" 0.8 x
 done
+if ((has_deny_cache)); then
+	for c in "${clients[@]}"; do
+		target "4 (simple, $c cl.)" "Denial path$deny_note, simple query protocol: tps ≥ 0.8 × tps(\`SELECT 1\`) in the same protocol" \
+			"$(ratio "${tps[deny_simple.$c]:-}" "${tps[s1_simple.$c]:-}")" 0.8 x
+	done
+fi
+ceiling_note() { # ceiling_note ROW BASELINE: how far a one-row UPDATE gets
+	local r
+	r=$(ratio "${tps[$1.8]:-}" "${tps[$2.8]:-}")
+	[[ -n $r ]] && awk -v a="$r" 'BEGIN { printf "(a bare one-row UPDATE: %.2f ×)", a }'
+}
 target "5a" 'Fallback, many keys, 8 clients: tps ≥ 2 × PL/pgSQL baseline' \
-	"$(ratio "${tps[fb_many.8]:-}" "${tps[pl_many.8]:-}")" 2 x
+	"$(ratio "${tps[fb_many.8]:-}" "${tps[pl_many.8]:-}")" 2 x "$(ceiling_note upd_many pl_many)"
 target "5b" 'Fallback, hot key, 8 clients: tps ≥ 20 × PL/pgSQL baseline' \
-	"$(ratio "${tps[fb_hot.8]:-}" "${tps[pl_hot.8]:-}")" 20 x
+	"$(ratio "${tps[fb_hot.8]:-}" "${tps[pl_hot.8]:-}")" 20 x "$(ceiling_note upd_hot pl_hot)"
 young_fb=$(window_mean fb_steady.8 2 4)
 steady_fb=$(window_mean fb_steady.8 $((steady_secs - 4)) "$steady_secs")
 steady_pl=$(window_mean pl_steady.8 $((steady_secs - 4)) "$steady_secs")
@@ -1093,13 +1131,15 @@ declare -A chart_label=(
 	[tls]='over TLS' [cluster]='3-master cluster' [hot0]='hot key, empty window'
 	[hotbig]="hot key, $(kfmt $n_big) entries" [cost1000]='cost = 1000'
 	[deny]='denial path' [deny_off]='denial, no deny cache'
+	[s1_simple]='SELECT 1, simple protocol' [deny_simple]='denial path, simple protocol'
+	[upd_many]='one-row UPDATE, many rows' [upd_hot]='one-row UPDATE, hot row'
 	[algo_sliding_counter]='sliding_counter' [algo_token_bucket]='token_bucket'
 	[fb_many]='fallback, many keys' [fb_hot]='fallback, hot key'
 	[pl_many]='PL/pgSQL baseline, many keys' [pl_hot]='PL/pgSQL baseline, hot key'
 	[fb_steady]='fallback, hot key, steady state' [pl_steady]='PL/pgSQL, hot key, steady state'
 )
-chart_order=(s1 evalsha many tls cluster hot0 hotbig cost1000 deny deny_off
-	algo_sliding_counter algo_token_bucket fb_many fb_hot pl_many pl_hot fb_steady pl_steady)
+chart_order=(s1 evalsha many tls cluster hot0 hotbig cost1000 deny deny_off s1_simple deny_simple
+	algo_sliding_counter algo_token_bucket fb_many fb_hot pl_many pl_hot upd_many upd_hot fb_steady pl_steady)
 chart_dir=$work/charts
 mkdir -p "$chart_dir"
 chart_err=
