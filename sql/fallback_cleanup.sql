@@ -105,3 +105,27 @@ SELECT count(*) AS rows_left FROM rl_fallback_log;
 COMMIT;
 SELECT rl_reset('after_ro');
 RESET slidewin.test_now;
+
+-- A call deletes every row its own key has left behind, in the scan that
+-- finds the key's first live row, where a sweep would take only a few: 20
+-- rows, then one call ten seconds later leaves only its own row.
+RESET slidewin.redis_url;
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+TRUNCATE rl_fallback_log;
+SET slidewin.test_now = '2031-01-04 00:00:00+00';
+SELECT count(*) FILTER (WHERE rl_allow('own', 100, '1 second')) FROM generate_series(1, 20);
+SET slidewin.test_now = '2031-01-04 00:00:10+00';
+SELECT allowed, remaining FROM rl_attempt('own', 100, '1 second');
+SELECT count(*) AS own_rows FROM rl_fallback_log WHERE key = 'regress:fbc:own';
+-- A denied call does it too: 3 units at 0 s and 2 at 0.9 s fill a limit of
+-- 5 per second; at 1.5 s the first three have left the window, a call of 4
+-- is denied (2 + 4 > 5), and only the two live rows remain.
+SET slidewin.test_now = '2031-01-04 00:01:00+00';
+SELECT count(*) FILTER (WHERE rl_allow('full', 5, '1 second')) FROM generate_series(1, 3);
+SET slidewin.test_now = '2031-01-04 00:01:00.9+00';
+SELECT count(*) FILTER (WHERE rl_allow('full', 5, '1 second')) FROM generate_series(1, 2);
+SET slidewin.test_now = '2031-01-04 00:01:01.5+00';
+SELECT allowed, remaining, retry_after FROM rl_attempt('full', 5, '1 second', 4);
+SELECT count(*) AS full_rows FROM rl_fallback_log WHERE key = 'regress:fbc:full';
+SELECT allowed, remaining FROM rl_peek('full', 5, '1 second');
+RESET slidewin.test_now;

@@ -72,6 +72,7 @@
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -135,6 +136,7 @@ typedef struct FbTable
 	int			natts;
 	Oid			relid;
 	Oid			index_oids[IDX_COUNT];
+	IndexInfo  *index_infos[IDX_COUNT]; /* built at first insert, in TopMemoryContext */
 } FbTable;
 
 static FbTable tables[TBL_COUNT] = {
@@ -223,6 +225,12 @@ lookup_oids(void)
 	nsp = extension_schema(ext);
 	for (int t = 0; t < TBL_COUNT; t++)
 	{
+		for (int i = 0; i < IDX_COUNT; i++)
+		{
+			if (tables[t].index_infos[i])
+				pfree(tables[t].index_infos[i]);
+			tables[t].index_infos[i] = NULL;
+		}
 		tables[t].relid = get_relname_relid(tables[t].relname, nsp);
 		missing = missing || !OidIsValid(tables[t].relid);
 		for (int i = 0; i < IDX_COUNT; i++)
@@ -432,29 +440,6 @@ delete_key(FbScan *s)
 }
 
 /*
- * Delete the rows of the key that left its window: those with ts in
- * (from, cutoff]. The caller holds the key's lock.
- *
- * The scan starts at `from`, not at the key's first index entry: what lies
- * before it are the entries of rows that earlier calls deleted, which stay
- * in the index until a VACUUM, and stepping over them on every call would
- * make each call slower than the last. An expired row older than `from`
- * (left by a call with a longer window) harms no lookup, which never reads
- * expired rows, and sweep() deletes it by its expiry.
- */
-static void
-delete_expired(FbScan *s, int64 from, int64 cutoff)
-{
-	IndexScanDesc scan = scan_begin_range(s, IDX_KEY_TS, BTGreaterStrategyNumber, from,
-										  BTLessEqualStrategyNumber, cutoff);
-	FbEntry		e;
-
-	while (scan_next(s, scan, ForwardScanDirection, &e))
-		try_delete(s, &e.tid);
-	index_endscan(scan);
-}
-
-/*
  * Per table, for this backend: the expiry below which the rows have been
  * swept already (or left to another deleter), so that a sweep starts there
  * instead of stepping over the index entries of every row deleted since the
@@ -583,15 +568,50 @@ read_newest(FbScan *s, bool hinted, FbEntry *newest)
 	scan_first(s, IDX_KEY_TS, BackwardScanDirection, InvalidStrategy, 0, newest);
 }
 
-/* The oldest row after cutoff, looking first just after it if hinted. */
+/*
+ * The first row with ts > cutoff among those with ts in (lo, hi] (hi
+ * unbounded with InvalidStrategy). Rows at or before cutoff that the scan
+ * passes are deleted: there are some only when lo < cutoff, which only a
+ * caller holding the key's lock asks for.
+ */
 static void
-read_first(FbScan *s, bool hinted, int64 cutoff, FbEntry *first)
+first_live(FbScan *s, int64 lo, StrategyNumber hi_strategy, int64 hi, int64 cutoff,
+		   FbEntry *e)
 {
+	IndexScanDesc scan = scan_begin_range(s, IDX_KEY_TS, BTGreaterStrategyNumber, lo,
+										  hi_strategy, hi);
+
+	while (scan_next(s, scan, ForwardScanDirection, e) && e->ts <= cutoff)
+		try_delete(s, &e->tid);
+	index_endscan(scan);
+}
+
+/*
+ * The oldest row after cutoff, looking first just after it if hinted.
+ *
+ * A writer passes clean_from, the newest row's time less the longest window:
+ * the scan then starts there, and deletes the rows it passes on its way to
+ * the first live one, which are the rows that left the window since the
+ * newest row was written. That is the same descent that finds the first
+ * live row, instead of one more. It starts at clean_from rather than at the
+ * key's first index entry because what lies before are the entries of rows
+ * that earlier calls deleted, which stay in the index until a VACUUM:
+ * stepping over them on every call would make each call slower than the
+ * last. An expired row older than clean_from (left by a call with a longer
+ * window) harms no lookup, and sweep() deletes it by its expiry. A call
+ * that is then denied keeps its deletions, and may still give up the key's
+ * lock before commit: no lookup reads an expired row, which is also why a
+ * sweep may delete one without the lock.
+ */
+static void
+read_first(FbScan *s, bool hinted, int64 cutoff, int64 clean_from, FbEntry *first)
+{
+	int64		lo = Min(clean_from, cutoff);
+
 	if (hinted && cutoff < PG_INT64_MAX - last_read.probe_us)
 	{
-		scan_first_range(s, IDX_KEY_TS, ForwardScanDirection,
-						 BTGreaterStrategyNumber, cutoff,
-						 BTLessEqualStrategyNumber, cutoff + last_read.probe_us, first);
+		first_live(s, lo, BTLessEqualStrategyNumber, cutoff + last_read.probe_us,
+				   cutoff, first);
 		if (first->found)
 		{
 			last_read.probe_us = Max(last_read.probe_us - last_read.probe_us / 16, PROBE_MIN_US);
@@ -599,13 +619,19 @@ read_first(FbScan *s, bool hinted, int64 cutoff, FbEntry *first)
 		}
 		last_read.probe_us = Min(last_read.probe_us * 2, PROBE_MAX_US);
 	}
-	scan_first(s, IDX_KEY_TS, ForwardScanDirection, BTGreaterStrategyNumber,
-			   cutoff, first);
+	first_live(s, lo, InvalidStrategy, 0, cutoff, first);
 }
 
+/*
+ * Read the key's state for every window. clean: the caller holds the key's
+ * lock and may write, so the scan for the longest window's first live row
+ * also deletes the rows that left it (read_first).
+ */
 static void
-read_state(FbScan *s, const RlArgs *args, FbState *st)
+read_state(FbScan *s, const RlArgs *args, bool clean, FbState *st)
 {
+	int64		clean_from = PG_INT64_MAX;
+
 	uint64		h = key_hash(s->key);
 	bool		hinted = last_read.tbl == s->tbl && last_read.keyhash == h;
 
@@ -625,16 +651,20 @@ read_state(FbScan *s, const RlArgs *args, FbState *st)
 		st->w[0].lim = args->lim;
 		st->w[0].win = args->win_us;
 	}
-	read_newest(s, hinted, &st->newest);
 	st->maxwin = 0;
+	for (int i = 0; i < st->n; i++)
+		st->maxwin = Max(st->maxwin, st->w[i].win);
+	read_newest(s, hinted, &st->newest);
+	if (clean && st->newest.found)
+		clean_from = st->newest.ts - st->maxwin - 1;
 	for (int i = 0; i < st->n; i++)
 	{
 		FbWindow   *w = &st->w[i];
 		FbEntry		first;		/* oldest row inside the window */
 
-		st->maxwin = Max(st->maxwin, w->win);
 		w->cutoff = st->now - w->win;
-		read_first(s, hinted, w->cutoff, &first);
+		read_first(s, hinted, w->cutoff, w->win == st->maxwin ? clean_from : PG_INT64_MAX,
+				   &first);
 
 		/*
 		 * A peek holds no key lock, so a writer may commit between the
@@ -716,6 +746,27 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 	}
 }
 
+/*
+ * What index_insert needs to know of an index: it depends only on the
+ * index's definition, so it is built once per backend instead of at every
+ * insert, and dropped with the OIDs when a relcache invalidation names one
+ * of our relations (lookup_oids).
+ */
+static IndexInfo *
+index_info(FbScan *s, FbIndex i)
+{
+	IndexInfo **info = &s->tbl->index_infos[i];
+
+	if (*info == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		*info = BuildIndexInfo(s->idx[i]);
+		MemoryContextSwitchTo(old);
+	}
+	return *info;
+}
+
 static void
 insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 {
@@ -743,7 +794,7 @@ insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 			ivalues[1] = values[i == IDX_KEY_TS ? FB_ATT_TS - 1 : FB_ATT_TOTAL - 1];
 		}
 		index_insert(s->idx[i], ivalues, inulls, &tup->t_self, s->rel,
-					 UNIQUE_CHECK_NO, false, BuildIndexInfo(s->idx[i]));
+					 UNIQUE_CHECK_NO, false, index_info(s, i));
 	}
 	heap_freetuple(tup);
 }
@@ -758,7 +809,7 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 
 	lock_key(key, &tag);
 	scan_open(&s, t, key, RowExclusiveLock);
-	read_state(&s, args, &st);
+	read_state(&s, args, true, &st);
 
 	decide(&s, &st, args->cost, false, o);
 	o->store = "fallback";
@@ -773,9 +824,7 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 
 		if (st.newest.found && ts <= st.newest.ts)
 			ts = st.newest.ts + 1;
-		/* This key's expired rows go at once, other keys' a few at a time. */
-		if (st.newest.found)
-			delete_expired(&s, st.newest.ts - st.maxwin - 1, st.now - st.maxwin);
+		/* This key's expired rows went in read_state, other keys' go a few at a time. */
 		if (total >= TOTAL_RESTART && st.newest.ts <= st.now - st.maxwin)
 			total = 0;
 		sweep(&s, ts, SWEEP_PER_CALL);
@@ -808,7 +857,7 @@ log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
 	int64		used_longest = 0;
 
 	scan_open(&s, t, stored_key(args), AccessShareLock);
-	read_state(&s, args, &st);
+	read_state(&s, args, false, &st);
 	decide(&s, &st, 1, true, o);
 	for (int i = 0; i < st.n; i++)
 		used_longest = Max(used_longest, st.w[i].used);
@@ -921,10 +970,10 @@ state_write(FbScan *s, int algo, const StRow *old, int64 st, double a, double b,
 	ivalues[0] = values[ST_ATT_KEY - 1];
 	ivalues[1] = values[ST_ATT_ALGO - 1];
 	index_insert(s->idx[IDX_KEY_TS], ivalues, inulls, &tup->t_self, s->rel,
-				 UNIQUE_CHECK_NO, false, BuildIndexInfo(s->idx[IDX_KEY_TS]));
+				 UNIQUE_CHECK_NO, false, index_info(s, IDX_KEY_TS));
 	ivalues[0] = values[ST_ATT_EXPIRES - 1];
 	index_insert(s->idx[IDX_EXPIRES], ivalues, inulls, &tup->t_self, s->rel,
-				 UNIQUE_CHECK_NO, false, BuildIndexInfo(s->idx[IDX_EXPIRES]));
+				 UNIQUE_CHECK_NO, false, index_info(s, IDX_EXPIRES));
 	heap_freetuple(tup);
 	CommandCounterIncrement();
 }
