@@ -260,8 +260,9 @@ fi
 rows=()
 declare -A R_label=() R_kind=() R_phase=() R_script=() R_opts=() R_na=() R_err0=()
 declare -A R_redis=() R_zkey=() R_zstart=() R_prep=() R_vacuum=() R_extra=() R_mode=()
-# R_rconn: redis-cli/redis-benchmark connection options of an evalsha row
-declare -A R_rconn=()
+# R_rconn: redis-cli/redis-benchmark connection options of an evalsha row;
+# R_procs: set for an evalsha row run as one process per client
+declare -A R_rconn=() R_procs=()
 
 mkdir -p "$work/scripts" "$work/runs"
 
@@ -311,6 +312,13 @@ add_row s1_simple A pgbench '`SELECT 1`, simple query protocol' 'SELECT 1;'
 R_mode[s1_simple]=simple
 add_row evalsha A evalsha "redis-benchmark \`EVALSHA\` of slidewin's sliding-log script, $(kfmt $many_keys) keys"
 if [[ -n $evalsha_problem ]]; then R_err0[evalsha]=$evalsha_problem; fi
+# The same script from 8 redis-benchmark processes of one connection each,
+# as PostgreSQL's backends are 8 processes: each waits for its own reply,
+# where one redis-benchmark serves all its connections from one event loop.
+# Read beside target 1 at 8 clients; it does not change the target.
+add_row evalsha_procs A evalsha "redis-benchmark \`EVALSHA\` as above, from one process per client (one connection each)"
+R_clients[evalsha_procs]=8 R_procs[evalsha_procs]=1
+if [[ -n $evalsha_problem ]]; then R_err0[evalsha_procs]=$evalsha_problem; fi
 add_row many A pgbench "\`rl_attempt\`, $(kfmt $many_keys) keys, Redis store (cost = 1)" "$(many_sql k)"
 if [[ -n $tls_port ]]; then
 	add_row tls A pgbench "\`rl_attempt\` over TLS (\`rediss://\`), $(kfmt $many_keys) keys" "$(many_sql t)"
@@ -355,6 +363,18 @@ if ((has_deny_cache)); then
 	add_row deny_simple A pgbench '`rl_attempt`, exhausted key (denial path), deny_cache on, simple query protocol' \
 		"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
 	R_opts[deny_simple]="-c slidewin.deny_cache=on" R_mode[deny_simple]=simple
+	# What PostgreSQL alone charges for such a call in the simple protocol:
+	# a built-in that does nothing (pg_backend_pid), declared with
+	# rl_attempt's parameters and defaults, called the same way. It returns
+	# an int, not rl_result. Read beside target 4 (simple).
+	add_row noop_simple A pgbench 'a do-nothing function with `rl_attempt`'"'"'s parameters and defaults, simple query protocol (the ceiling of target 4, simple)' \
+		"SELECT * FROM bench_noop('deny', 10, '1 hour');"
+	R_mode[noop_simple]=simple
+	sql -c "CREATE FUNCTION bench_noop(key text, lim bigint, win interval, cost bigint DEFAULT 1,
+	        on_redis_error text DEFAULT NULL, refund_on_abort boolean DEFAULT NULL,
+	        algorithm text DEFAULT 'sliding_log') RETURNS int
+	        LANGUAGE internal VOLATILE AS 'pg_backend_pid'" >/dev/null ||
+		R_err0[noop_simple]="could not create bench_noop"
 else
 	add_row deny A pgbench '`rl_attempt`, exhausted key (denial path)' \
 		"SELECT * FROM rl_attempt('deny', 10, '1 hour');"
@@ -582,7 +602,7 @@ run_slice() {
 
 run_evalsha_slice() {
 	local id=$1 c=$2 round=$3 secs=$4 key="$1.$2"
-	local dir=$work/runs/$key out=$work/runs/$1.$2/r$3.out rc=0 e0 e1 vals n conn=()
+	local dir=$work/runs/$key out=$work/runs/$1.$2/r$3.out rc=0 e0 e1 vals n conn=() rb_total
 	read -r -a conn <<<"${R_rconn[$id]:-"-h 127.0.0.1 -p $redis_port"}"
 	# redis-benchmark draws each __rand_int__ on its own, so the ledger key is
 	# another random key; either way it does not exist, as for a key that
@@ -599,12 +619,32 @@ run_evalsha_slice() {
 		fi
 	fi
 	e0=$(evalsha_errors "$id")
-	redis-benchmark "${conn[@]}" -c "$c" -n "${rb_n[$key]}" -r "$many_keys" \
-		--csv "${cmd[@]}" >"$out" 2>&1 || rc=$?
+	if [[ -n ${R_procs[$id]:-} ]]; then
+		# c processes at once, each with its share of the requests; the
+		# row's rps is their sum, p50 the median of theirs, p99 the largest.
+		local p pids=() per=$((rb_n[$key] / c > 100 ? rb_n[$key] / c : 100))
+		for ((p = 0; p < c; p++)); do
+			redis-benchmark "${conn[@]}" -c 1 -n "$per" -r "$many_keys" \
+				--csv "${cmd[@]}" >"$out.$p" 2>&1 &
+			pids+=($!)
+		done
+		for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+		vals=$(for ((p = 0; p < c; p++)); do
+			awk -F'"' 'NR == 1 { for (i = 2; i <= NF; i += 2) col[$i] = i }
+				NR == 2 && ("rps" in col) { print $col["rps"], $col["p50_latency_ms"], $col["p99_latency_ms"] }' "$out.$p"
+		done | sort -k2,2g | awk -v n="$c" '{ rps += $1; p50[NR] = $2; if ($3 > p99) p99 = $3 }
+			END { if (NR == n) print rps, p50[int((n + 1) / 2)], p99 }')
+		cat "$out".* >"$out" && rm -f "$out".*
+		rb_total=$((per * c))
+	else
+		redis-benchmark "${conn[@]}" -c "$c" -n "${rb_n[$key]}" -r "$many_keys" \
+			--csv "${cmd[@]}" >"$out" 2>&1 || rc=$?
+		# CSV: a header row naming the columns, then one row per test.
+		vals=$(awk -F'"' 'NR == 1 { for (i = 2; i <= NF; i += 2) col[$i] = i }
+			NR == 2 && ("rps" in col) { print $col["rps"], $col["p50_latency_ms"], $col["p99_latency_ms"] }' "$out")
+		rb_total=${rb_n[$key]}
+	fi
 	e1=$(evalsha_errors "$id")
-	# CSV: a header row naming the columns, then one row per test.
-	vals=$(awk -F'"' 'NR == 1 { for (i = 2; i <= NF; i += 2) col[$i] = i }
-		NR == 2 && ("rps" in col) { print $col["rps"], $col["p50_latency_ms"], $col["p99_latency_ms"] }' "$out")
 	if ((rc != 0)) || [[ -z $vals ]] || ((e1 != e0)); then
 		T_err[$key]="redis-benchmark failed (status $rc, $((e1 - e0)) failed EVALSHA calls): $(head -n 1 "$out")"
 		progress "ERROR ${R_label[$id]} ($c cl.): ${T_err[$key]}"
@@ -615,7 +655,7 @@ run_evalsha_slice() {
 	T_tps[$key]+="$tps "
 	T_rb50[$key]+="$p50 "
 	T_rb99[$key]+="$p99 "
-	T_txn[$key]=$((${T_txn[$key]:-0} + rb_n[$key]))
+	T_txn[$key]=$((${T_txn[$key]:-0} + rb_total))
 	progress "round $round/$rounds  ${R_label[$id]} ($c cl.): ${tps%.*} rps"
 }
 
@@ -923,8 +963,15 @@ need8=
 if [[ -n ${tps[s1.8]:-} && -n ${tps[evalsha.8]:-} ]]; then
 	need8=$(awk -v a="${tps[s1.8]}" -v b="${tps[evalsha.8]}" 'BEGIN { printf "%.1f", 0.85 / (1 / a + 1 / b) }')
 fi
+# Beside it, the same formula with EVALSHA sent as PostgreSQL sends it: from
+# 8 processes, each waiting for its own reply (the evalsha_procs row).
+procs_note=
+if [[ -n ${tps[s1.8]:-} && -n ${tps[evalsha_procs.8]:-} && -n ${tps[many.8]:-} ]]; then
+	procs_note=$(awk -v a="${tps[s1.8]}" -v e="${tps[evalsha.8]}" -v b="${tps[evalsha_procs.8]}" -v m="${tps[many.8]}" \
+		'BEGIN { printf "(%.2f × of the limit; against `EVALSHA` from one process per client: %.2f ×)", m * (1 / a + 1 / e), m * (1 / a + 1 / b) }')
+fi
 target '1 (8 cl.)' 'Redis path, 8 clients, many keys: tps ≥ 0.85 × 1 / (1/tps(`SELECT 1`) + 1/tps(`EVALSHA`))' \
-	"${tps[many.8]:-}" "$need8" tps
+	"${tps[many.8]:-}" "$need8" tps "$procs_note"
 
 # 2. Hot key: full window against an empty one (the faster of the two empty rows).
 for c in "${clients[@]}"; do
@@ -954,7 +1001,9 @@ done
 if ((has_deny_cache)); then
 	for c in "${clients[@]}"; do
 		target "4 (simple, $c cl.)" "Denial path$deny_note, simple query protocol: tps ≥ 0.8 × tps(\`SELECT 1\`) in the same protocol" \
-			"$(ratio "${tps[deny_simple.$c]:-}" "${tps[s1_simple.$c]:-}")" 0.8 x
+			"$(ratio "${tps[deny_simple.$c]:-}" "${tps[s1_simple.$c]:-}")" 0.8 x \
+			"$(r=$(ratio "${tps[noop_simple.$c]:-}" "${tps[s1_simple.$c]:-}") &&
+				[[ -n $r ]] && awk -v a="$r" 'BEGIN { printf "(a do-nothing function with the same parameters: %.2f ×)", a }')"
 	done
 fi
 ceiling_note() { # ceiling_note ROW BASELINE: how far a one-row UPDATE gets
@@ -1097,9 +1146,11 @@ result=$work/RESULTS.md
 	fi
 	echo "## How the figures are made"
 	echo
-	echo "- pgbench $($PGBENCH --version | awk '{ print $3 }'), \`-M prepared --no-vacuum\` (plans are made once per connection, as under a driver that prepares its statements or in PL/pgSQL), except the two rows marked *simple query protocol* (\`-M simple\`: each call sent as text, parsed and planned, as psql and psycopg2 send it), one custom script per workload (\`\\set k random(1, $many_keys)\`), \`-j\` = min(clients, CPUs), over TCP on loopback; the client and both servers share the machine's $ncpu CPUs."
+	echo "- pgbench $($PGBENCH --version | awk '{ print $3 }'), \`-M prepared --no-vacuum\` (plans are made once per connection, as under a driver that prepares its statements or in PL/pgSQL), except the rows marked *simple query protocol* (\`-M simple\`: each call sent as text, parsed and planned, as psql and psycopg2 send it), one custom script per workload (\`\\set k random(1, $many_keys)\`), \`-j\` = min(clients, CPUs), over TCP on loopback; the client and both servers share the machine's $ncpu CPUs."
 	echo "- tps is the median over the slices of pgbench's tps without connection time (redis-benchmark: requests per second). p50 and p99 are nearest-rank percentiles of every transaction's latency in the slices, from pgbench's per-transaction log (\`-l\`); for \`EVALSHA\` they are the median over the slices of redis-benchmark's own p50 and p99."
 	echo "- \`EVALSHA\`: redis-benchmark, its own client, on the script text read from \`src/scripts.c\` (\`lua_log_attempt\`, the prelude and the attempt script) and checked to be the very script the installed slidewin had loaded into Redis (same SHA1); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\` and its (absent) ledger \`${kp}logr:rb:<random>\`, lim 1000000, window 60000000 µs, cost 1, now '' (Redis TIME), force 0."
+	echo "- \`EVALSHA\` from one process per client: the same command from as many redis-benchmark processes as clients, one connection each, started together; each process waits for its own reply, as each PostgreSQL backend does, where a single redis-benchmark serves all its connections from one event loop. Its tps is the sum of the processes' requests per second, p50 the median of their p50s, p99 the largest of their p99s. It is read beside target 1 at 8 clients and does not change that target."
+	echo "- Do-nothing function: \`bench_noop\`, created for the run, is PostgreSQL's built-in \`pg_backend_pid\` (\`LANGUAGE internal\`) declared with \`rl_attempt\`'s seven parameters and four defaults, called as the denial path is (\`SELECT * FROM bench_noop('deny', 10, '1 hour')\`) in the simple query protocol: what PostgreSQL alone charges to parse, plan and run such a call. It returns an int where \`rl_attempt\` returns \`rl_result\`."
 	echo "- Many keys: key \`'k' || random(1, $many_keys)\`, lim 1,000,000 per 1 minute, so every call is admitted; each key holds a handful of entries. cost = 1000 is the same with its own keys (still all admitted); its comparison is with the cost = 1 row."
 	echo "- Hot key, window emptied: one key, lim 1e9 per 1 hour, deleted before each slice, so the window holds 0 entries at the start of each slice and grows during it (the Notes give how far). Hot key, 1 µs window: every entry has left the window before the next call, so each call finds the window empty and also removes the previous entry. $(kfmt $n_mid) and $(kfmt $n_big) entries: the key is restored (Redis \`COPY\`) before each slice from a template prefilled with that many admitted calls, 1 hour window; it also grows during the slice. Target 2 compares with the faster of the two empty-window rows."
 	echo "- Denial path: key \`deny\`, lim 10 per 1 hour, exhausted before the run; every measured call is denied (checked after the run)."
@@ -1132,13 +1183,14 @@ declare -A chart_label=(
 	[hotbig]="hot key, $(kfmt $n_big) entries" [cost1000]='cost = 1000'
 	[deny]='denial path' [deny_off]='denial, no deny cache'
 	[s1_simple]='SELECT 1, simple protocol' [deny_simple]='denial path, simple protocol'
+	[noop_simple]='do-nothing function, simple protocol' [evalsha_procs]='EVALSHA, one process per client'
 	[upd_many]='one-row UPDATE, many rows' [upd_hot]='one-row UPDATE, hot row'
 	[algo_sliding_counter]='sliding_counter' [algo_token_bucket]='token_bucket'
 	[fb_many]='fallback, many keys' [fb_hot]='fallback, hot key'
 	[pl_many]='PL/pgSQL baseline, many keys' [pl_hot]='PL/pgSQL baseline, hot key'
 	[fb_steady]='fallback, hot key, steady state' [pl_steady]='PL/pgSQL, hot key, steady state'
 )
-chart_order=(s1 evalsha many tls cluster hot0 hotbig cost1000 deny deny_off s1_simple deny_simple
+chart_order=(s1 evalsha evalsha_procs many tls cluster hot0 hotbig cost1000 deny deny_off s1_simple noop_simple deny_simple
 	algo_sliding_counter algo_token_bucket fb_many fb_hot pl_many pl_hot upd_many upd_hot fb_steady pl_steady)
 chart_dir=$work/charts
 mkdir -p "$chart_dir"
