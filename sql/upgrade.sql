@@ -74,6 +74,20 @@ SELECT count(*) >= 0 AS keys_answer FROM rl_top_keys;
 SELECT has_function_privilege('public', 'rl_stats_reset()', 'EXECUTE') AS public_may_reset,
        has_table_privilege('public', 'rl_stats', 'SELECT') AS public_may_read;
 
+-- 1.3 stores the default of cost as a bigint constant, not a cast of an
+-- integer that every call reading it would fold again: no default of any
+-- function is a function call.
+SELECT p.oid::regprocedure AS function_with_a_call_in_its_defaults
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+ WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'slidewin')
+   AND p.proargdefaults IS NOT NULL
+   AND p.proargdefaults::text LIKE '%FUNCEXPR%';
+SELECT count(*) AS functions_with_cost_default
+  FROM pg_proc p
+ WHERE p.proname IN ('rl_attempt', 'rl_allow', 'rl_enforce', 'rl_attempt_multi', 'rl_wait')
+   AND pg_get_function_arguments(p.oid) LIKE '%cost bigint DEFAULT ''1''::bigint%';
+
 -- The updated extension has exactly the objects of a fresh install.
 CREATE TEMP TABLE updated_objects AS
   SELECT pg_describe_object(classid, objid, objsubid) AS object
