@@ -153,11 +153,16 @@ sub late_answers
 $node->safe_psql('postgres', 'TRUNCATE adm');
 my $victim = holder(logkey('f:1')) // (masters())[0];
 my $rep = replica_of($victim) or die 'no replica';
+# The switch is complete when both sides agree: the replica is master and
+# the old master has stepped down. Until the old master learns of the new
+# configuration it holds its clients' writes (a planned failover pauses
+# them), so a call sent there may still time out and open that node's
+# breaker; once it has stepped down, it answers MOVED at once.
 my $switched = under_load(7, $many, 0, sub {
 	sleep 2;
 	$rep->cli('cluster', 'failover');
-	return SlidewinTest::wait_for('the replica to take over',
-		sub { scalar($rep->cli('role')) =~ /^master/ }, 20);
+	return SlidewinTest::wait_for('the replica to take over and the old master to step down',
+		sub { scalar($rep->cli('role')) =~ /^master/ && scalar($victim->cli('role')) =~ /^(?:slave|replica)/ }, 20);
 });
 my ($n, $bad) = late_answers($switched + 1.0);
 cmp_ok($n, '>', 0, "CLUSTER FAILOVER: calls after the switch + the retry interval ($n)");
