@@ -630,10 +630,9 @@ read_first(FbScan *s, bool hinted, int64 cutoff, int64 clean_from, FbEntry *firs
 static void
 read_state(FbScan *s, const RlArgs *args, bool clean, FbState *st)
 {
-	int64		clean_from = PG_INT64_MAX;
-
 	uint64		h = key_hash(s->key);
 	bool		hinted = last_read.tbl == s->tbl && last_read.keyhash == h;
+	int64		clean_from = PG_INT64_MAX;
 
 	st->now = fallback_now();
 	if (args->algorithm == ALGO_MULTI_LOG)
