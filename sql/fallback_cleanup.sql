@@ -5,7 +5,7 @@ SET TimeZone = 'UTC';
 SET slidewin.redis_retry_interval = 0;
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 -- start from an empty store, so that only this file's rows are counted
-TRUNCATE rl_fallback_log;
+TRUNCATE rl_fallback_log, rl_fallback_head;
 
 -- Two keys that are never called again: 20 calls with a 1 s window,
 -- 10 with a 1 h window.
@@ -42,10 +42,18 @@ BEGIN
 END $$;
 SELECT count(*) AS rows_left, count(*) FILTER (WHERE key LIKE '%idle%') AS idle_rows_left
   FROM rl_fallback_log;
+-- and the keys' heads likewise: one per live key, none for the idle ones
+SELECT count(*) AS heads_left, count(*) FILTER (WHERE key LIKE '%idle%') AS idle_heads_left
+  FROM rl_fallback_head;
+-- A key whose head was swept gets a new one at its next call, which
+-- counts from the log as before: idle_short, 3 calls at a limit of 2.
+SELECT count(*) FILTER (WHERE rl_allow('idle_short', 2, '1 second')) AS admitted FROM generate_series(1, 3);
+SELECT log, total > 0 AS continues FROM rl_fallback_head WHERE key = 'regress:fbc:idle_short';
 
 -- A denied call finds its retry time with one descent of the (key, total)
 -- index, not a walk over the units it needs: 1,000 rows of cost 1, then a
--- call of cost 500.
+-- call of cost 500. The (key, ts) index is read once, for the first live
+-- row: the newest row's total comes from the key's head (1.4).
 SET slidewin.test_now = '2031-01-02 00:00:00+00';
 SELECT count(*) FILTER (WHERE rl_allow('deep', 1000, '1 hour')) FROM generate_series(1, 1000);
 BEGIN;

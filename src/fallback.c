@@ -28,12 +28,19 @@
  * by the rows of those few microseconds, but never under-count.
  *
  * Concurrency rules:
- *  - A call that may write takes a transaction-level lock on the key (an
- *    advisory-type lock tag of our own), held until commit, so admissions
- *    on one key are serialised and every admission builds on committed ones.
- *  - Rows are read with SnapshotSelf, not the caller's snapshot: once the
- *    lock is ours, every earlier holder has committed or aborted, and
- *    SnapshotSelf shows exactly the committed rows plus our own. A caller
+ *  - Sliding logs: each key has a head row (rl_fallback_head, see "Heads"
+ *    below) with its newest admission. A call reads without a lock and
+ *    decides; an admission then updates the head version it decided on,
+ *    which waits for an admission in progress and fails if another one
+ *    committed since the read, in which case the call decides again. So
+ *    admissions on one key are serialised by the head's row lock, held
+ *    until commit, and every admission builds on committed ones. A key's
+ *    first head, and every write of the counting algorithms, is made under
+ *    a transaction-level lock on the key (an advisory-type lock tag of our
+ *    own), held until commit.
+ *  - Rows are read with SnapshotSelf, not the caller's snapshot: it shows
+ *    exactly the committed rows plus our own, and the claim above (or the
+ *    key's lock) makes sure no admission committed after the read. A caller
  *    in REPEATABLE READ or SERIALIZABLE therefore cannot be let through by
  *    a snapshot taken before another backend's admission committed, and as
  *    the reads are not MVCC reads they take no SSI predicate locks and can
@@ -93,6 +100,17 @@
 #define FB_ATT_EXPIRES 5
 #define FB_NATTS 5
 
+/* Columns of rl_fallback_head: one row per key of each log. */
+#define HD_ATT_KEY 1
+#define HD_ATT_LOG 2
+#define HD_ATT_TS 3
+#define HD_ATT_TOTAL 4
+#define HD_ATT_EXPIRES 5
+#define HD_NATTS 5
+
+/* A head's expiry is rounded up to this, so that most updates leave it alone. */
+#define HEAD_EXPIRY_STEP INT64CONST(1000000)
+
 /* Columns of rl_fallback_state (see "The counting algorithms" below). */
 #define ST_ATT_KEY 1
 #define ST_ATT_ALGO 2
@@ -110,7 +128,7 @@
 
 typedef enum FbIndex
 {
-	IDX_KEY_TS,					/* rl_fallback_state: (key, algo) */
+	IDX_KEY_TS,					/* rl_fallback_state: (key, algo); head: (key, log) */
 	IDX_KEY_TOTAL,				/* rl_fallback_state: none */
 	IDX_EXPIRES,
 	IDX_COUNT
@@ -126,6 +144,7 @@ typedef enum FbTableId
 	TBL_LOG,
 	TBL_MLOG,
 	TBL_STATE,
+	TBL_HEAD,
 	TBL_COUNT
 } FbTableId;
 
@@ -143,6 +162,7 @@ static FbTable tables[TBL_COUNT] = {
 	{"rl_fallback_log", {"rl_fallback_log_key_ts", "rl_fallback_log_key_total", "rl_fallback_log_expires"}, FB_NATTS},
 	{"rl_fallback_mlog", {"rl_fallback_mlog_key_ts", "rl_fallback_mlog_key_total", "rl_fallback_mlog_expires"}, FB_NATTS},
 	{"rl_fallback_state", {"rl_fallback_state_key", NULL, "rl_fallback_state_expires"}, 6},
+	{"rl_fallback_head", {"rl_fallback_head_key", NULL, "rl_fallback_head_expires"}, HD_NATTS},
 };
 
 static bool oids_valid = false;
@@ -386,7 +406,7 @@ scan_next(FbScan *s, IndexScanDesc scan, ScanDirection dir, FbEntry *e)
 	}
 	e->found = true;
 	e->tid = s->slot->tts_tid;
-	if (s->tbl == &tables[TBL_STATE])
+	if (s->tbl == &tables[TBL_STATE] || s->tbl == &tables[TBL_HEAD])
 		return true;			/* callers want only the row's tid */
 	e->ts = DatumGetInt64(slot_getattr(s->slot, FB_ATT_TS, &isnull));
 	e->total = DatumGetInt64(slot_getattr(s->slot, FB_ATT_TOTAL, &isnull));
@@ -458,7 +478,8 @@ static bool
 sweep(FbScan *s, int64 now, int want)
 {
 	int64	   *mark = &swept_to[s->tbl - tables];
-	int			attno = s->tbl == &tables[TBL_STATE] ? ST_ATT_EXPIRES : FB_ATT_EXPIRES;
+	int			attno = s->tbl == &tables[TBL_STATE] ? ST_ATT_EXPIRES :
+		s->tbl == &tables[TBL_HEAD] ? HD_ATT_EXPIRES : FB_ATT_EXPIRES;
 	IndexScanDesc scan;
 	FbEntry		e;
 	int			deleted = 0;
@@ -622,13 +643,27 @@ read_first(FbScan *s, bool hinted, int64 cutoff, int64 clean_from, FbEntry *firs
 	first_live(s, lo, InvalidStrategy, 0, cutoff, first);
 }
 
+/* A key's head: its newest row's time and running total (see log_attempt). */
+typedef struct FbHead
+{
+	bool		found;
+	ItemPointerData tid;
+	int64		ts;
+	int64		total;
+	int64		expires;
+} FbHead;
+
 /*
- * Read the key's state for every window. clean: the caller holds the key's
- * lock and may write, so the scan for the longest window's first live row
- * also deletes the rows that left it (read_first).
+ * Read the key's state for every window. clean: the caller may write, so
+ * the scan for the longest window's first live row also deletes the rows
+ * that left it (read_first). head: the key's head as read just before, or
+ * NULL to find the newest row in the log itself.
+ *
+ * Returns false if the log holds a row newer than the head: the head was
+ * read before that row's admission committed, and the caller reads again.
  */
-static void
-read_state(FbScan *s, const RlArgs *args, bool clean, FbState *st)
+static bool
+read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head, FbState *st)
 {
 	uint64		h = key_hash(s->key);
 	bool		hinted = last_read.tbl == s->tbl && last_read.keyhash == h;
@@ -653,7 +688,15 @@ read_state(FbScan *s, const RlArgs *args, bool clean, FbState *st)
 	st->maxwin = 0;
 	for (int i = 0; i < st->n; i++)
 		st->maxwin = Max(st->maxwin, st->w[i].win);
-	read_newest(s, hinted, &st->newest);
+	if (head)
+	{
+		memset(&st->newest, 0, sizeof(FbEntry));
+		st->newest.found = head->found;
+		st->newest.ts = head->ts;
+		st->newest.total = head->total;
+	}
+	else
+		read_newest(s, hinted, &st->newest);
 	if (clean && st->newest.found)
 		clean_from = st->newest.ts - st->maxwin - 1;
 	for (int i = 0; i < st->n; i++)
@@ -671,7 +714,11 @@ read_state(FbScan *s, const RlArgs *args, bool clean, FbState *st)
 		 * read again (totals only grow, so it is then at least first's).
 		 */
 		if (first.found && (!st->newest.found || first.total > st->newest.total))
+		{
+			if (head)
+				return false;
 			read_newest(s, hinted, &st->newest);
+		}
 		w->used = first.found ? 1 : 0; /* marks a window with a live row */
 		w->base = first.found ? first.total - first.cost : -1;
 	}
@@ -689,6 +736,7 @@ read_state(FbScan *s, const RlArgs *args, bool clean, FbState *st)
 	last_read.tbl = s->tbl;
 	last_read.keyhash = h;
 	last_read.newest_ts = st->newest.found ? st->newest.ts : PG_INT64_MIN;
+	return true;
 }
 
 /*
@@ -798,53 +846,211 @@ insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 	heap_freetuple(tup);
 }
 
+/* ---------------------------------------------------------------------
+ * Heads: one row (key, log, ts, total, expires) per key of each log in
+ * rl_fallback_head, holding the key's newest admission (its time and
+ * running total) and an expiry no row of the key outlives.
+ *
+ * An admission is decided without any lock and then claimed by updating
+ * the head version it was decided on, in place (HOT: neither indexed
+ * column changes on most updates). An update blocks on an in-progress
+ * one, as any UPDATE does, and reports whether the version it targets is
+ * still the latest: if another admission committed in between, its row is
+ * not in the decision, and the call decides again from what is now
+ * committed. So a key's admissions are still serialised, but the lock is
+ * the row lock of the head, taken after the reads instead of before them,
+ * and a call that the committed state already denies takes no lock at all
+ * (in-progress admissions can only add units to that state; if they abort,
+ * the state it read is the one that stands).
+ *
+ * A key without a head (its first admission, or its first after a sweep
+ * deleted an expired head, or after rl_reset) is created under the key's
+ * lock, held until commit, so that two callers cannot both create one;
+ * the newest row then comes from the log itself, as it would without heads.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * The key's head in the log `kind`, as SnapshotSelf shows it: the latest
+ * committed version, or this transaction's own. At most one is visible; if
+ * a sweep aborts after deleting one that another head has since replaced,
+ * the newer (greater total) is the key's.
+ */
+static void
+head_read(FbScan *h, int16 kind, FbHead *hd)
+{
+	ScanKeyData sk[2];
+	IndexScanDesc scan;
+	bool		isnull;
+
+	memset(hd, 0, sizeof(FbHead));
+	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(h->key));
+	ScanKeyEntryInitialize(&sk[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_INT2EQ, Int16GetDatum(kind));
+	scan = index_beginscan(h->rel, h->idx[IDX_KEY_TS], SnapshotSelf, 2, 0);
+	index_rescan(scan, sk, 2, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, h->slot))
+	{
+		int64		total = DatumGetInt64(slot_getattr(h->slot, HD_ATT_TOTAL, &isnull));
+
+		if (hd->found && total <= hd->total)
+			continue;
+		hd->found = true;
+		hd->tid = h->slot->tts_tid;
+		hd->ts = DatumGetInt64(slot_getattr(h->slot, HD_ATT_TS, &isnull));
+		hd->total = total;
+		hd->expires = DatumGetInt64(slot_getattr(h->slot, HD_ATT_EXPIRES, &isnull));
+	}
+	index_endscan(scan);
+}
+
+/* An expiry rounded up to a multiple of HEAD_EXPIRY_STEP. */
+static int64
+round_up_expiry(int64 e)
+{
+	int64		r = e % HEAD_EXPIRY_STEP;
+
+	if (e > PG_INT64_MAX - HEAD_EXPIRY_STEP)
+		return PG_INT64_MAX;
+	if (r > 0)
+		return e + (HEAD_EXPIRY_STEP - r);
+	return e - r;				/* r <= 0: towards zero is up */
+}
+
+/*
+ * Write the key's head: a new row if old is not found (the caller holds the
+ * key's lock), else an update of that version. Returns TM_Ok, or what
+ * stopped the update: TM_Updated or TM_Deleted when another transaction
+ * committed a change to that version first, and the caller reads again.
+ */
+static TM_Result
+head_write(FbScan *h, int16 kind, const FbHead *old, int64 ts, int64 total, int64 expires)
+{
+	Datum		values[HD_NATTS];
+	bool		nulls[HD_NATTS] = {false};
+	HeapTuple	tup;
+	Datum		ivalues[2];
+	bool		inulls[2] = {false, false};
+
+	/* rounded up, and never earlier than before: most updates keep it */
+	expires = round_up_expiry(expires);
+	if (old->found && old->expires > expires)
+		expires = old->expires;
+	values[HD_ATT_KEY - 1] = PointerGetDatum(h->key);
+	values[HD_ATT_LOG - 1] = Int16GetDatum(kind);
+	values[HD_ATT_TS - 1] = Int64GetDatum(ts);
+	values[HD_ATT_TOTAL - 1] = Int64GetDatum(total);
+	values[HD_ATT_EXPIRES - 1] = Int64GetDatum(expires);
+	tup = heap_form_tuple(RelationGetDescr(h->rel), values, nulls);
+	if (old->found)
+	{
+		TM_FailureData tmfd;
+		LockTupleMode lockmode;
+		TM_Result	r;
+
+		r = heap_update(h->rel, (ItemPointer) &old->tid, tup, GetCurrentCommandId(true),
+						InvalidSnapshot, true, &tmfd, &lockmode);
+		if (r == TM_SelfModified)
+			elog(ERROR, "slidewin fallback head was changed twice in one command");
+		if (r != TM_Ok || HeapTupleIsHeapOnly(tup))
+		{
+			heap_freetuple(tup);
+			return r;
+		}
+	}
+	else
+		simple_heap_insert(h->rel, tup);
+	ivalues[0] = values[HD_ATT_KEY - 1];
+	ivalues[1] = values[HD_ATT_LOG - 1];
+	index_insert(h->idx[IDX_KEY_TS], ivalues, inulls, &tup->t_self, h->rel,
+				 UNIQUE_CHECK_NO, false, index_info(h, IDX_KEY_TS));
+	ivalues[0] = values[HD_ATT_EXPIRES - 1];
+	index_insert(h->idx[IDX_EXPIRES], ivalues, inulls, &tup->t_self, h->rel,
+				 UNIQUE_CHECK_NO, false, index_info(h, IDX_EXPIRES));
+	heap_freetuple(tup);
+	return TM_Ok;
+}
+
+/* Admissions per backend, so that heads are swept at every fourth. */
+static uint32 head_sweep_clock = 0;
+
 static void
 log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 {
 	FbScan		s;
+	FbScan		hs;
 	FbState		st;
+	FbHead		hd;
 	text	   *key = stored_key(args);
+	int16		kind = (t == TBL_LOG) ? 1 : 2;
 	LOCKTAG		tag;
+	bool		locked = false;
+	bool		wrote = false;
+	int64		now;
 
-	lock_key(key, &tag);
 	scan_open(&s, t, key, RowExclusiveLock);
-	read_state(&s, args, true, &st);
+	scan_open(&hs, TBL_HEAD, key, RowExclusiveLock);
+	/* other keys' expired rows go a few at a time, without any lock */
+	now = fallback_now();
+	sweep(&s, now, SWEEP_PER_CALL);
+	if (head_sweep_clock++ % 4 == 0)
+		sweep(&hs, now, SWEEP_PER_CALL);
 
-	decide(&s, &st, args->cost, false, o);
-	o->store = "fallback";
-	o->recorded_ts = -1;		/* rows go with an aborted transaction anyway */
-	o->shadowed = false;
-	o->known = true;
-	o->reset_at_us = st.newest.ts + st.maxwin;
-	if (o->allowed || args->force)
+	for (;;)
 	{
-		int64		ts = st.now_after;
-		int64		total = st.newest.found ? st.newest.total : 0;
+		CHECK_FOR_INTERRUPTS();
+		head_read(&hs, kind, &hd);
+		if (!hd.found && !locked)
+		{
+			/* a first admission: read again once earlier creators are done */
+			lock_key(key, &tag);
+			locked = true;
+			continue;
+		}
+		if (!read_state(&s, args, true, hd.found ? &hd : NULL, &st))
+			continue;
 
-		if (st.newest.found && ts <= st.newest.ts)
-			ts = st.newest.ts + 1;
-		/* This key's expired rows went in read_state, other keys' go a few at a time. */
-		if (total >= TOTAL_RESTART && st.newest.ts <= st.now - st.maxwin)
-			total = 0;
-		sweep(&s, ts, SWEEP_PER_CALL);
-		insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
-		last_read.newest_ts = ts;
-		/* Later calls in this same command must see it. */
-		CommandCounterIncrement();
+		decide(&s, &st, args->cost, false, o);
+		o->store = "fallback";
+		o->recorded_ts = -1;	/* rows go with an aborted transaction anyway */
+		o->shadowed = false;
+		o->known = true;
+		o->reset_at_us = st.newest.ts + st.maxwin;
+		if (o->allowed || args->force)
+		{
+			int64		ts = st.now_after;
+			int64		total = st.newest.found ? st.newest.total : 0;
 
-		if (!o->allowed)
-			o->remaining = 0;
-		o->reset_at_us = ts + st.maxwin;
-		o->used += args->cost;
+			if (st.newest.found && ts <= st.newest.ts)
+				ts = st.newest.ts + 1;
+			if (total >= TOTAL_RESTART && st.newest.ts <= st.now - st.maxwin)
+				total = 0;
+			/* the claim: fails if another admission committed since the read */
+			if (head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin) != TM_Ok)
+				continue;
+			insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
+			last_read.newest_ts = ts;
+			/* Later calls in this same command must see it. */
+			CommandCounterIncrement();
+			wrote = true;
+
+			if (!o->allowed)
+				o->remaining = 0;
+			o->reset_at_us = ts + st.maxwin;
+			o->used += args->cost;
+		}
+		break;
 	}
+	scan_close(&hs);
 	scan_close(&s);
 
 	/*
-	 * A denied call wrote nothing, so it gives up its hold on the key at once
-	 * (a caller that waits for capacity must not block the key meanwhile).
-	 * The lock stays if this transaction took it before, for earlier rows.
+	 * The key's lock serialises the creation of its head only: it is kept
+	 * until commit by a call that created one, and given up at once
+	 * otherwise (it stays if this transaction took it before).
 	 */
-	if (!o->allowed && !args->force)
+	if (locked && !(wrote && !hd.found))
 		LockRelease(&tag, ExclusiveLock, false);
 }
 
@@ -856,7 +1062,7 @@ log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
 	int64		used_longest = 0;
 
 	scan_open(&s, t, stored_key(args), AccessShareLock);
-	read_state(&s, args, false, &st);
+	(void) read_state(&s, args, false, NULL, &st);
 	decide(&s, &st, 1, true, o);
 	for (int i = 0; i < st.n; i++)
 		used_longest = Max(used_longest, st.w[i].used);

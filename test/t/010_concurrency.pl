@@ -65,4 +65,59 @@ foreach my $row (@rows)
 	is($peek, 60 - $sum, "key $k: peek remaining matches what was admitted");
 }
 
+# The same in the fallback store (Redis unreachable: a closed port), where
+# calls decide from the committed rows and claim the key's head to admit.
+my $nowhere = q{SET slidewin.redis_url = 'redis://127.0.0.1:1';
+			SET slidewin.redis_retry_interval = 0;};
+$node->pgbench(
+	'-n -c 8 -j 2 -t 250',
+	0,
+	[qr{processed: 2000/2000}],
+	[qr{^$}],
+	'fallback: 8 clients x 250 calls on one key',
+	{
+		'010_fb_hot' => qq{
+			$nowhere
+			INSERT INTO admitted SELECT 'fbhot', 1 FROM rl_attempt('tap:fbhot', 100, '1 hour') r
+			 WHERE r.allowed AND r.store = 'fallback';
+		}
+	});
+is($node->safe_psql('postgres', "SELECT count(*) FROM admitted WHERE k = 'fbhot'"),
+	'100', 'fallback: exactly lim calls admitted on the hot key');
+is($node->safe_psql('postgres',
+		"SELECT count(*) || ' ' || max(total) FROM rl_fallback_log WHERE key = 'slidewin:tap:fbhot'"),
+	'100 100', 'fallback: one row per admitted call, running total 100');
+is($node->safe_psql('postgres',
+		"SELECT ts || ' ' || total FROM rl_fallback_head WHERE key = 'slidewin:tap:fbhot'"),
+	$node->safe_psql('postgres',
+		"SELECT ts || ' ' || total FROM rl_fallback_log WHERE key = 'slidewin:tap:fbhot' ORDER BY ts DESC LIMIT 1"),
+	'fallback: the head is the newest row');
+
+# A short window that many calls cross: every admission's time is
+# reset_at - window, and no 300 ms stretch may hold more than 20 units.
+$node->pgbench(
+	'-n -c 8 -j 2 -T 4',
+	0,
+	[qr{processed: [1-9]}],
+	[qr{^$}],
+	'fallback: 8 clients for 4 s on one key, 20 units per 300 ms',
+	{
+		'010_fb_slide' => qq{
+			\\set c random(1, 3)
+			$nowhere
+			INSERT INTO admitted (k, cost, at)
+			SELECT 'fbslide', :c, r.reset_at - interval '300 milliseconds'
+			  FROM rl_attempt('tap:fbslide', 20, '300 milliseconds', :c) r
+			 WHERE r.allowed AND r.store = 'fallback';
+		}
+	});
+my ($n_slide, $worst) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT count(*), max(w) FROM (
+	  SELECT (SELECT sum(b.cost) FROM admitted b
+	           WHERE b.k = 'fbslide' AND b.at > a.at - interval '300 milliseconds' AND b.at <= a.at) AS w
+	    FROM admitted a WHERE a.k = 'fbslide') s});
+cmp_ok($n_slide, '>', 100, "fallback: $n_slide admissions over 4 s");
+cmp_ok($worst, '<=', 20, "fallback: the fullest 300 ms stretch holds $worst units (lim 20)");
+cmp_ok($worst, '>=', 17, "fallback: and it is nearly full (no lost capacity)");
+
 done_testing();

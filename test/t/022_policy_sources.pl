@@ -131,12 +131,15 @@ superuser_sql(q{
 	ALTER FUNCTION api_check(text) RESET slidewin.on_redis_error;
 });
 
-# The ordinary role has no privilege on the fallback table.
-($out, $err) = session_as('u', 'SELECT count(*) FROM rl_fallback_log');
-is(sqlstate($err), '42501', 'u cannot read rl_fallback_log');
-like($err, qr/permission denied for table rl_fallback_log/, 'permission denied for table rl_fallback_log');
-is(superuser_sql(q{SELECT has_table_privilege('u', 'rl_fallback_log', 'SELECT,INSERT,UPDATE,DELETE')}),
-	'f', 'u holds no privilege on rl_fallback_log');
+# The ordinary role has no privilege on the fallback tables, which hold keys.
+foreach my $t (qw(rl_fallback_log rl_fallback_mlog rl_fallback_state rl_fallback_head))
+{
+	($out, $err) = session_as('u', "SELECT count(*) FROM $t");
+	is(sqlstate($err), '42501', "u cannot read $t");
+	like($err, qr/permission denied for table $t/, "permission denied for table $t");
+	is(superuser_sql(qq{SELECT has_table_privilege('u', '$t', 'SELECT,INSERT,UPDATE,DELETE')}),
+		'f', "u holds no privilege on $t");
+}
 
 # u may not pick the policy of its session: neither once the library is
 # loaded, nor by setting a placeholder before it is.
