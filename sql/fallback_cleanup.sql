@@ -87,6 +87,8 @@ SELECT store FROM rl_attempt('after', 10, '1 second');
 SELECT count(*) AS rows_left FROM rl_fallback_log;
 SELECT store FROM rl_attempt('after', 10, '1 second');
 SELECT count(*) AS rows_left FROM rl_fallback_log;
+-- the outage keys' heads went with their rows
+SELECT count(*) AS outage_heads_left FROM rl_fallback_head WHERE key LIKE '%outage%';
 SELECT rl_reset('after');
 
 -- READ ONLY transactions (PostgREST runs GET requests in them) are counted

@@ -3,7 +3,7 @@
 
 -- The sliding logs of the fallback store gain a head per key: its newest
 -- admission's time and running total, and an expiry that no row of the key
--- outlives (rounded up to a second, so that most updates leave it alone).
+-- outlives.
 -- An admission decides from the committed rows without any lock, then claims
 -- the head version it decided on with an in-place update, which blocks on
 -- an in-progress claim as any UPDATE does; if another admission committed in
@@ -16,23 +16,23 @@ CREATE UNLOGGED TABLE rl_fallback_head (
     total   bigint NOT NULL,             -- the newest row's running total
     expires bigint NOT NULL              -- no row of the key matters after this
 );
+-- The only index: an update that changes no indexed column can be HOT, so
+-- claiming a head writes no index entry. Expired heads are found by walking
+-- the table's pages, a page at a time.
 CREATE INDEX rl_fallback_head_key ON rl_fallback_head (key, log);
-CREATE INDEX rl_fallback_head_expires ON rl_fallback_head (expires);
 REVOKE ALL ON rl_fallback_head FROM PUBLIC;
 COMMENT ON TABLE rl_fallback_head IS
 'slidewin fallback store: the newest admission of each key of rl_fallback_log (log 1) and rl_fallback_mlog (log 2). Internal; do not modify.';
 
 -- The keys that have rows now: the newest row of each, and the latest expiry
--- of any of its rows, rounded up to a whole second.
+-- of any of its rows.
 INSERT INTO rl_fallback_head (key, log, ts, total, expires)
 SELECT DISTINCT ON (key) key, 1, ts, total,
-       (SELECT ((max(e.expires) + 999999) / 1000000) * 1000000
-          FROM rl_fallback_log e WHERE e.key = l.key)
+       (SELECT max(e.expires) FROM rl_fallback_log e WHERE e.key = l.key)
   FROM rl_fallback_log l
  ORDER BY key, ts DESC;
 INSERT INTO rl_fallback_head (key, log, ts, total, expires)
 SELECT DISTINCT ON (key) key, 2, ts, total,
-       (SELECT ((max(e.expires) + 999999) / 1000000) * 1000000
-          FROM rl_fallback_mlog e WHERE e.key = l.key)
+       (SELECT max(e.expires) FROM rl_fallback_mlog e WHERE e.key = l.key)
   FROM rl_fallback_mlog l
  ORDER BY key, ts DESC;

@@ -38,8 +38,8 @@ ALTER EXTENSION slidewin UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'slidewin';
 SELECT ts, total, cost FROM rl_fallback_log ORDER BY ts;
 -- 1.4's head of the key: its newest row, and an expiry no row outlives
-SELECT h.key, h.log, h.ts, h.total, h.expires % 1000000 = 0 AS whole_second,
-       h.expires >= (SELECT max(expires) FROM rl_fallback_log) AS outlives_rows
+SELECT h.key, h.log, h.ts, h.total,
+       h.expires = (SELECT max(expires) FROM rl_fallback_log) AS last_row_expiry
   FROM rl_fallback_head h;
 -- 7 units live (2 + 1 + 4): 3 remain
 SELECT allowed, remaining, retry_after, store FROM rl_attempt('k', 10, '10 minutes', 3);

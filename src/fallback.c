@@ -70,9 +70,11 @@
 #include "access/htup_details.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
+#include "common/pg_prng.h"
 #include "executor/tuptable.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
@@ -108,8 +110,11 @@
 #define HD_ATT_EXPIRES 5
 #define HD_NATTS 5
 
-/* A head's expiry is rounded up to this, so that most updates leave it alone. */
-#define HEAD_EXPIRY_STEP INT64CONST(1000000)
+/*
+ * A head outlives its key's last row by this much, so that a key called
+ * again within it is claimed, not created anew.
+ */
+#define HEAD_GRACE_US INT64CONST(10000000)
 
 /* Columns of rl_fallback_state (see "The counting algorithms" below). */
 #define ST_ATT_KEY 1
@@ -162,7 +167,7 @@ static FbTable tables[TBL_COUNT] = {
 	{"rl_fallback_log", {"rl_fallback_log_key_ts", "rl_fallback_log_key_total", "rl_fallback_log_expires"}, FB_NATTS},
 	{"rl_fallback_mlog", {"rl_fallback_mlog_key_ts", "rl_fallback_mlog_key_total", "rl_fallback_mlog_expires"}, FB_NATTS},
 	{"rl_fallback_state", {"rl_fallback_state_key", NULL, "rl_fallback_state_expires"}, 6},
-	{"rl_fallback_head", {"rl_fallback_head_key", NULL, "rl_fallback_head_expires"}, HD_NATTS},
+	{"rl_fallback_head", {"rl_fallback_head_key", NULL, NULL}, HD_NATTS},
 };
 
 static bool oids_valid = false;
@@ -486,6 +491,8 @@ sweep(FbScan *s, int64 now, int want)
 	int			visits = 0;
 	bool		more = false;
 
+	if (s->idx[IDX_EXPIRES] == NULL)
+		return false;			/* heads: see sweep_heads */
 	if (*mark >= now)
 		*mark = PG_INT64_MIN;	/* the clock went back */
 	scan = scan_begin_range(s, IDX_EXPIRES, BTGreaterStrategyNumber, *mark,
@@ -513,6 +520,12 @@ sweep(FbScan *s, int64 now, int want)
 	return more;
 }
 
+static bool sweep_heads(FbScan *h, int64 cutoff, int npages);
+
+/*
+ * After an outage: expired rows of every table, and the heads whose rows
+ * have all expired (without the grace that serves keys called again).
+ */
 bool
 fallback_sweep(int want)
 {
@@ -524,7 +537,11 @@ fallback_sweep(int want)
 		FbScan		s;
 
 		scan_open(&s, (FbTableId) t, NULL, RowExclusiveLock);
-		more = sweep(&s, now, want) || more;
+		if (t == TBL_HEAD)
+			more = sweep_heads(&s, now < PG_INT64_MAX - HEAD_GRACE_US ? now + HEAD_GRACE_US : now,
+							   Max(want / 16, 1)) || more;
+		else
+			more = sweep(&s, now, want) || more;
 		scan_close(&s);
 	}
 	return more;
@@ -849,11 +866,11 @@ insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 /* ---------------------------------------------------------------------
  * Heads: one row (key, log, ts, total, expires) per key of each log in
  * rl_fallback_head, holding the key's newest admission (its time and
- * running total) and an expiry no row of the key outlives.
+ * running total) and an expiry no row of the key outlives, plus a grace.
  *
  * An admission is decided without any lock and then claimed by updating
- * the head version it was decided on, in place (HOT: neither indexed
- * column changes on most updates). An update blocks on an in-progress
+ * the head version it was decided on, in place (HOT: the only index is on
+ * (key, log), which never changes). An update blocks on an in-progress
  * one, as any UPDATE does, and reports whether the version it targets is
  * still the latest: if another admission committed in between, its row is
  * not in the decision, and the call decides again from what is now
@@ -905,19 +922,6 @@ head_read(FbScan *h, int16 kind, FbHead *hd)
 	index_endscan(scan);
 }
 
-/* An expiry rounded up to a multiple of HEAD_EXPIRY_STEP. */
-static int64
-round_up_expiry(int64 e)
-{
-	int64		r = e % HEAD_EXPIRY_STEP;
-
-	if (e > PG_INT64_MAX - HEAD_EXPIRY_STEP)
-		return PG_INT64_MAX;
-	if (r > 0)
-		return e + (HEAD_EXPIRY_STEP - r);
-	return e - r;				/* r <= 0: towards zero is up */
-}
-
 /*
  * Write the key's head: a new row if old is not found (the caller holds the
  * key's lock), else an update of that version. Returns TM_Ok, or what
@@ -933,8 +937,8 @@ head_write(FbScan *h, int16 kind, const FbHead *old, int64 ts, int64 total, int6
 	Datum		ivalues[2];
 	bool		inulls[2] = {false, false};
 
-	/* rounded up, and never earlier than before: most updates keep it */
-	expires = round_up_expiry(expires);
+	/* never earlier than before */
+	expires = (expires < PG_INT64_MAX - HEAD_GRACE_US) ? expires + HEAD_GRACE_US : PG_INT64_MAX;
 	if (old->found && old->expires > expires)
 		expires = old->expires;
 	values[HD_ATT_KEY - 1] = PointerGetDatum(h->key);
@@ -965,14 +969,73 @@ head_write(FbScan *h, int16 kind, const FbHead *old, int64 ts, int64 total, int6
 	ivalues[1] = values[HD_ATT_LOG - 1];
 	index_insert(h->idx[IDX_KEY_TS], ivalues, inulls, &tup->t_self, h->rel,
 				 UNIQUE_CHECK_NO, false, index_info(h, IDX_KEY_TS));
-	ivalues[0] = values[HD_ATT_EXPIRES - 1];
-	index_insert(h->idx[IDX_EXPIRES], ivalues, inulls, &tup->t_self, h->rel,
-				 UNIQUE_CHECK_NO, false, index_info(h, IDX_EXPIRES));
 	heap_freetuple(tup);
 	return TM_Ok;
 }
 
-/* Admissions per backend, so that heads are swept at every fourth. */
+/*
+ * Heads have no index on their expiry, so that no update of one changes an
+ * indexed column and every update can be HOT. They are swept by walking the
+ * table's pages instead: each sweep looks at `npages` pages from where this
+ * backend's last one stopped (a random page at first, so that short-lived
+ * connections do not all start at the same one) and deletes the heads there
+ * whose expiry is before `cutoff`. Returns true unless this backend has now seen
+ * every page of the table in a row without an expired head.
+ */
+static BlockNumber head_sweep_block = InvalidBlockNumber;
+static BlockNumber head_clean_pages = 0;
+
+static bool
+sweep_heads(FbScan *h, int64 cutoff, int npages)
+{
+	BlockNumber nblocks = RelationGetNumberOfBlocks(h->rel);
+	TupleDesc	desc = RelationGetDescr(h->rel);
+
+	if (nblocks == 0)
+		return false;
+	if (head_sweep_block == InvalidBlockNumber)
+		head_sweep_block = pg_prng_uint32(&pg_global_prng_state) % nblocks;
+	for (int p = 0; p < npages; p++)
+	{
+		ItemPointerData expired[MaxHeapTuplesPerPage];
+		int			nexpired = 0;
+		Buffer		buf;
+		Page		page;
+		OffsetNumber maxoff;
+
+		if (head_sweep_block >= nblocks)
+			head_sweep_block = 0;
+		buf = ReadBufferExtended(h->rel, MAIN_FORKNUM, head_sweep_block, RBM_NORMAL, NULL);
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		maxoff = PageGetMaxOffsetNumber(page);
+		for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
+		{
+			ItemId		lp = PageGetItemId(page, off);
+			HeapTupleData tup;
+			bool		isnull;
+
+			if (!ItemIdIsNormal(lp))
+				continue;
+			tup.t_data = (HeapTupleHeader) PageGetItem(page, lp);
+			tup.t_len = ItemIdGetLength(lp);
+			tup.t_tableOid = RelationGetRelid(h->rel);
+			ItemPointerSet(&tup.t_self, head_sweep_block, off);
+			if (HeapTupleSatisfiesVisibility(&tup, SnapshotSelf, buf) &&
+				DatumGetInt64(heap_getattr(&tup, HD_ATT_EXPIRES, desc, &isnull)) < cutoff)
+				expired[nexpired++] = tup.t_self;
+		}
+		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
+		ReleaseBuffer(buf);
+		for (int i = 0; i < nexpired; i++)
+			(void) try_delete(h, &expired[i]);
+		head_clean_pages = nexpired > 0 ? 0 : head_clean_pages + 1;
+		head_sweep_block++;
+	}
+	return head_clean_pages < nblocks;
+}
+
+/* Admissions per backend, so that a page of heads is swept at every 16th. */
 static uint32 head_sweep_clock = 0;
 
 static void
@@ -994,8 +1057,8 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 	/* other keys' expired rows go a few at a time, without any lock */
 	now = fallback_now();
 	sweep(&s, now, SWEEP_PER_CALL);
-	if (head_sweep_clock++ % 4 == 0)
-		sweep(&hs, now, SWEEP_PER_CALL);
+	if (head_sweep_clock++ % 16 == 0)
+		(void) sweep_heads(&hs, now, 1);
 
 	for (;;)
 	{
