@@ -75,7 +75,7 @@ SELECT count(*), min(total), max(total) FROM rl_fallback_log WHERE key = 'regres
 -- Once Redis answers again, the backend that wrote fallback rows deletes the
 -- expired ones, up to 64 per Redis call, until none are left: 150 rows go in
 -- three calls.
-TRUNCATE rl_fallback_log;
+TRUNCATE rl_fallback_log, rl_fallback_head;
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 SET slidewin.test_now = '2031-01-03 00:00:00+00';
 SELECT store, count(*) FROM generate_series(1, 150) g, rl_attempt('outage' || g % 7, 1000, '1 second') GROUP BY store;

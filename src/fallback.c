@@ -28,14 +28,15 @@
  * by the rows of those few microseconds, but never under-count.
  *
  * Concurrency rules:
- *  - Sliding logs: each key has a head row (rl_fallback_head, see "Heads"
- *    below) with its newest admission. A call reads without a lock and
+ *  - Sliding logs: a key called again within its window has a head row
+ *    (rl_fallback_head, see "Heads" below) with its newest admission. A
+ *    call on such a key reads without a lock and
  *    decides; an admission then updates the head version it decided on,
  *    which waits for an admission in progress and fails if another one
  *    committed since the read, in which case the call decides again. So
  *    admissions on one key are serialised by the head's row lock, held
- *    until commit, and every admission builds on committed ones. A key's
- *    first head, and every write of the counting algorithms, is made under
+ *    until commit, and every admission builds on committed ones. Writes of
+ *    a key without a head, and of the counting algorithms, are made under
  *    a transaction-level lock on the key (an advisory-type lock tag of our
  *    own), held until commit.
  *  - Rows are read with SnapshotSelf, not the caller's snapshot: it shows
@@ -539,7 +540,7 @@ fallback_sweep(int want)
 		scan_open(&s, (FbTableId) t, NULL, RowExclusiveLock);
 		if (t == TBL_HEAD)
 			more = sweep_heads(&s, now < PG_INT64_MAX - HEAD_GRACE_US ? now + HEAD_GRACE_US : now,
-							   Max(want / 16, 1)) || more;
+							   Max(want / 4, 1)) || more;
 		else
 			more = sweep(&s, now, want) || more;
 		scan_close(&s);
@@ -880,10 +881,12 @@ insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
  * (in-progress admissions can only add units to that state; if they abort,
  * the state it read is the one that stands).
  *
- * A key without a head (its first admission, or its first after a sweep
- * deleted an expired head, or after rl_reset) is created under the key's
- * lock, held until commit, so that two callers cannot both create one;
- * the newest row then comes from the log itself, as it would without heads.
+ * A key without a head (never called twice within its window, or whose
+ * head a sweep or rl_reset deleted) is written under the key's lock, held
+ * until commit, with the newest row read from the log itself; the
+ * admission that finds a row of the key still in the window creates the
+ * head under that lock, so that two callers cannot both create one. So a
+ * key called once per window never pays for a head.
  * ---------------------------------------------------------------------
  */
 
@@ -1089,9 +1092,19 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 				ts = st.newest.ts + 1;
 			if (total >= TOTAL_RESTART && st.newest.ts <= st.now - st.maxwin)
 				total = 0;
-			/* the claim: fails if another admission committed since the read */
-			if (head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin) != TM_Ok)
-				continue;
+			/*
+			 * The claim: fails if another admission committed since the read.
+			 * A key without a head gets one only if it has a row in the
+			 * window, that is, once it is called again within it: until
+			 * then, the key's lock, held until commit, serialises its writers.
+			 */
+			if (hd.found)
+			{
+				if (head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin) != TM_Ok)
+					continue;
+			}
+			else if (st.newest.found && st.newest.ts > st.now - st.maxwin)
+				(void) head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin);
 			insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
 			last_read.newest_ts = ts;
 			/* Later calls in this same command must see it. */
