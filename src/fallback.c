@@ -394,6 +394,25 @@ scan_begin_range(FbScan *s, FbIndex which, StrategyNumber lo_strategy, int64 lo,
 	return scan;
 }
 
+/*
+ * Start a scan of the rows of the key with the given smallint second column:
+ * (key, algo) of rl_fallback_state, (key, log) of rl_fallback_head.
+ */
+static IndexScanDesc
+scan_begin_kind(FbScan *s, int16 kind)
+{
+	ScanKeyData sk[2];
+	IndexScanDesc scan;
+
+	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
+	ScanKeyEntryInitialize(&sk[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_INT2EQ, Int16GetDatum(kind));
+	scan = index_beginscan(s->rel, s->idx[IDX_KEY_TS], SnapshotSelf, 2, 0);
+	index_rescan(scan, sk, 2, NULL, 0);
+	return scan;
+}
+
 static IndexScanDesc
 scan_begin(FbScan *s, FbIndex which, StrategyNumber strategy, int64 bound)
 {
@@ -899,17 +918,10 @@ insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 static void
 head_read(FbScan *h, int16 kind, FbHead *hd)
 {
-	ScanKeyData sk[2];
-	IndexScanDesc scan;
+	IndexScanDesc scan = scan_begin_kind(h, kind);
 	bool		isnull;
 
 	memset(hd, 0, sizeof(FbHead));
-	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(h->key));
-	ScanKeyEntryInitialize(&sk[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   InvalidOid, F_INT2EQ, Int16GetDatum(kind));
-	scan = index_beginscan(h->rel, h->idx[IDX_KEY_TS], SnapshotSelf, 2, 0);
-	index_rescan(scan, sk, 2, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, h->slot))
 	{
 		int64		total = DatumGetInt64(slot_getattr(h->slot, HD_ATT_TOTAL, &isnull));
@@ -1191,17 +1203,10 @@ typedef struct StRow
 static void
 state_read(FbScan *s, int algo, int64 now, StRow *r)
 {
-	ScanKeyData sk[2];
-	IndexScanDesc scan;
+	IndexScanDesc scan = scan_begin_kind(s, (int16) algo);
 	bool		isnull;
 
 	memset(r, 0, sizeof(StRow));
-	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
-	ScanKeyEntryInitialize(&sk[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   InvalidOid, F_INT2EQ, Int16GetDatum((int16) algo));
-	scan = index_beginscan(s->rel, s->idx[IDX_KEY_TS], SnapshotSelf, 2, 0);
-	index_rescan(scan, sk, 2, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, s->slot))
 	{
 		int64		rs = DatumGetInt64(slot_getattr(s->slot, ST_ATT_S, &isnull));
