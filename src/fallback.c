@@ -696,8 +696,10 @@ typedef struct FbHead
  * that left it (read_first). head: the key's head as read just before, or
  * NULL to find the newest row in the log itself.
  *
- * Returns false if the log holds a row newer than the head: the head was
- * read before that row's admission committed, and the caller reads again.
+ * Returns false if what was read is not a state the key ever had: the log
+ * holds a row newer than the head (the head was read before that row's
+ * admission committed), or an rl_reset committed between the reads. The
+ * caller then reads again.
  */
 static bool
 read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head, FbState *st)
@@ -749,8 +751,11 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head, FbStat
 		 * A peek holds no key lock, so a writer may commit between the
 		 * scans: a first row newer than the newest means the newest must be
 		 * read again (totals only grow, so it is then at least first's).
+		 * Newer by time with a smaller total means an rl_reset restarted
+		 * the totals in between: the same.
 		 */
-		if (first.found && (!st->newest.found || first.total > st->newest.total))
+		if (first.found && (!st->newest.found || first.total > st->newest.total ||
+							first.ts > st->newest.ts))
 		{
 			if (head)
 				return false;
@@ -765,7 +770,15 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head, FbStat
 		FbWindow   *w = &st->w[i];
 
 		if (w->used)
+		{
+			/*
+			 * A live row's units are in the newest total unless an
+			 * rl_reset came between the two reads: then read again.
+			 */
 			w->used = st->newest.total - w->base;
+			if (w->used <= 0)
+				return false;
+		}
 		else
 			w->base = st->newest.found ? st->newest.total : 0;
 	}
@@ -777,32 +790,57 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head, FbStat
 }
 
 /*
+ * slidewin.test_pause_lock: wait until no session holds the advisory lock
+ * pg_advisory_lock(N), so that an isolation test can change a key between a
+ * call's lock-free reads and its decision. Off (0) unless a superuser sets it.
+ */
+static void
+test_pause(void)
+{
+	LOCKTAG		tag;
+
+	if (slidewin_test_pause_lock == 0)
+		return;
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, (uint32) slidewin_test_pause_lock, 1);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	LockRelease(&tag, ShareLock, false);
+}
+
+/*
  * When window w next admits `need` more units: the expiry of the live row
  * whose running total reaches base + need, found in one descent of the
  * (key, total) index. Rows before the window all have totals <= base, so
- * the row found is a live one.
+ * the row found is a live one, no newer than the newest row read.
+ *
+ * Returns false if the log no longer holds such a row: the state was read
+ * without a lock, and an rl_reset (or anything else that rewrote the key)
+ * committed since. The caller then reads the key again.
  */
-static int64
-retry_after(FbScan *s, const FbState *st, const FbWindow *w, int64 need)
+static bool
+retry_after(FbScan *s, const FbState *st, const FbWindow *w, int64 need, int64 *wait)
 {
 	FbEntry		e;
 
 	scan_first(s, IDX_KEY_TOTAL, ForwardScanDirection, BTGreaterEqualStrategyNumber,
 			   w->base + need, &e);
-	if (!e.found || e.ts <= w->cutoff)
-		elog(ERROR, "slidewin fallback log is inconsistent");
-	return e.ts + w->win - st->now;
+	if (!e.found || e.ts <= w->cutoff || e.ts > st->newest.ts)
+		return false;
+	*wait = e.ts + w->win - st->now;
+	return true;
 }
 
 /*
  * Decide a call of `cost` against every window: allowed only if each admits
  * it. remaining and used describe the most constraining window, retry_us
- * the longest wait.
+ * the longest wait. Returns false if the state read is no longer the key's
+ * (see retry_after): the caller reads again and decides anew.
  */
-static void
+static bool
 decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 {
 	bool		first = true;
+
+	test_pause();
 
 	o->allowed = true;
 	o->retry_us = 0;
@@ -813,8 +851,10 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 
 		if (rem < 0)
 		{
-			int64		wait = retry_after(s, st, w, w->used + cost - w->lim);
+			int64		wait;
 
+			if (!retry_after(s, st, w, w->used + cost - w->lim, &wait))
+				return false;
 			o->allowed = false;
 			o->retry_us = Max(o->retry_us, wait);
 		}
@@ -828,6 +868,7 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 			first = false;
 		}
 	}
+	return true;
 }
 
 /*
@@ -1086,10 +1127,9 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 			locked = true;
 			continue;
 		}
-		if (!read_state(&s, args, true, hd.found ? &hd : NULL, &st))
+		if (!read_state(&s, args, true, hd.found ? &hd : NULL, &st) ||
+			!decide(&s, &st, args->cost, false, o))
 			continue;
-
-		decide(&s, &st, args->cost, false, o);
 		o->store = "fallback";
 		o->recorded_ts = -1;	/* rows go with an aborted transaction anyway */
 		o->shadowed = false;
@@ -1150,8 +1190,12 @@ log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
 	int64		used_longest = 0;
 
 	scan_open(&s, t, stored_key(args), AccessShareLock);
-	(void) read_state(&s, args, false, NULL, &st);
-	decide(&s, &st, 1, true, o);
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (read_state(&s, args, false, NULL, &st) && decide(&s, &st, 1, true, o))
+			break;
+	}
 	for (int i = 0; i < st.n; i++)
 		used_longest = Max(used_longest, st.w[i].used);
 	o->store = "fallback";

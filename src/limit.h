@@ -50,6 +50,8 @@ typedef struct RlOutcome
 } RlOutcome;
 
 extern char *slidewin_test_now;
+/* Tests only: an advisory lock key a fallback call waits on before deciding. */
+extern int	slidewin_test_pause_lock;
 
 /* Check arguments 0..2 (key, lim, win) and, if has_cost, argument 3 (cost). */
 extern void limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args);

@@ -267,6 +267,16 @@ define_settings(void)
 							   0,
 							   NULL, NULL, NULL);
 
+	DefineCustomIntVariable("slidewin.test_pause_lock",
+							gettext_noop("For tests: an advisory lock key the fallback store waits on between reading a key and deciding."),
+							gettext_noop("0 means never. A session holding pg_advisory_lock(N) stops other "
+										 "sessions' fallback calls there, so that a test can change the key meanwhile."),
+							&slidewin_test_pause_lock,
+							0, 0, INT_MAX,
+							PGC_SUSET,
+							GUC_NOT_IN_SAMPLE,
+							NULL, NULL, NULL);
+
 	DefineCustomEnumVariable("slidewin.on_redis_error",
 							 gettext_noop("What a call does when Redis cannot answer."),
 							 gettext_noop("fallback uses the table store in this database; "
