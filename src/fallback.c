@@ -65,6 +65,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/index.h"
 #include "catalog/pg_collation_d.h"
 #include "catalog/pg_extension.h"
@@ -75,6 +76,8 @@
 #include "executor/tuptable.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
@@ -206,10 +209,13 @@ invalidate_oids(Datum arg, Oid relid)
 	}
 }
 
+static void heads_xact_callback(XactEvent event, void *arg);
+
 void
 fallback_init(void)
 {
 	CacheRegisterRelcacheCallback(invalidate_oids, (Datum) 0);
+	RegisterXactCallback(heads_xact_callback, NULL);
 }
 
 /* The schema the extension lives in (PostgreSQL 15 has no exported helper). */
@@ -1030,13 +1036,115 @@ head_write(FbScan *h, int16 kind, const FbHead *old, int64 ts, int64 total, int6
 }
 
 /*
+ * Heads a sweep found expired in this transaction, each with the cutoff it
+ * was found under. They are deleted only just before the transaction
+ * commits (delete_pending_heads), not when found: a head deleted by a
+ * transaction still in progress makes the next admission on its key wait
+ * for that transaction's end (its claim updates the head, and an update
+ * waits for the deleter), and the sweeping transaction is any caller's:
+ * an rl_wait that is denied for seconds, a session idle in its transaction,
+ * a prepared transaction. Deleted at commit, the head stays deleted but
+ * uncommitted only for the commit itself. A transaction that is prepared
+ * or aborts forgets them, and later sweeps find them again.
+ */
+#define PENDING_HEADS_MAX 64
+
+typedef struct PendingHead
+{
+	ItemPointerData tid;
+	int64		cutoff;
+} PendingHead;
+
+static PendingHead pending_heads[PENDING_HEADS_MAX];
+static int	n_pending_heads = 0;
+
+static void
+pending_head_add(ItemPointer tid, int64 cutoff)
+{
+	for (int i = 0; i < n_pending_heads; i++)
+		if (ItemPointerEquals(&pending_heads[i].tid, tid))
+			return;
+	if (n_pending_heads < PENDING_HEADS_MAX)
+	{
+		pending_heads[n_pending_heads].tid = *tid;
+		pending_heads[n_pending_heads].cutoff = cutoff;
+		n_pending_heads++;
+	}
+}
+
+/*
+ * At PRE_COMMIT: delete the heads found expired, each if it is still the
+ * version found (a claim since has replaced it, and a claim in progress
+ * makes the delete fail without waiting) and still expired. It is skipped
+ * (the heads are found again later) when the relations changed under us,
+ * and when this commit may wait for a synchronous standby, as one that
+ * wrote WAL does: the heads would stay deleted-but-uncommitted for as long.
+ * Never raises in the ordinary case: every check that could fail is made
+ * before the table is touched.
+ */
+static void
+delete_pending_heads(void)
+{
+	int			n = n_pending_heads;
+	Relation	rel;
+	BlockNumber nblocks;
+	TupleDesc	desc;
+
+	n_pending_heads = 0;
+	if (n == 0 || !oids_valid || RecoveryInProgress())
+		return;
+	if (XactLastRecEnd != 0 && SyncRepRequested() &&
+		SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0')
+		return;
+	rel = try_table_open(tables[TBL_HEAD].relid, RowExclusiveLock);
+	if (rel == NULL)
+		return;
+	desc = RelationGetDescr(rel);
+	nblocks = RelationGetNumberOfBlocks(rel);
+	if (desc->natts == HD_NATTS)
+	{
+		for (int i = 0; i < n; i++)
+		{
+			HeapTupleData tup;
+			Buffer		buf;
+			bool		isnull;
+			bool		expired;
+			TM_FailureData tmfd;
+
+			if (ItemPointerGetBlockNumber(&pending_heads[i].tid) >= nblocks)
+				continue;
+			tup.t_self = pending_heads[i].tid;
+			if (!heap_fetch(rel, SnapshotSelf, &tup, &buf, false))
+				continue;
+			expired = DatumGetInt64(heap_getattr(&tup, HD_ATT_EXPIRES, desc, &isnull)) <
+				pending_heads[i].cutoff;
+			ReleaseBuffer(buf);
+			if (expired)
+				(void) heap_delete(rel, &pending_heads[i].tid, GetCurrentCommandId(true),
+								   InvalidSnapshot, false, &tmfd, false);
+		}
+	}
+	table_close(rel, RowExclusiveLock);
+}
+
+static void
+heads_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_PRE_COMMIT)
+		delete_pending_heads();
+	else if (event != XACT_EVENT_PARALLEL_PRE_COMMIT)
+		n_pending_heads = 0;	/* prepared, aborted, or done */
+}
+
+/*
  * Heads have no index on their expiry, so that no update of one changes an
  * indexed column and every update can be HOT. They are swept by walking the
  * table's pages instead: each sweep looks at `npages` pages from where this
  * backend's last one stopped (a random page at first, so that short-lived
- * connections do not all start at the same one) and deletes the heads there
- * whose expiry is before `cutoff`. Returns true unless this backend has now seen
- * every page of the table in a row without an expired head.
+ * connections do not all start at the same one) and marks the heads there
+ * whose expiry is before `cutoff` for deletion at commit (see above).
+ * Returns true unless this backend has now seen every page of the table in
+ * a row without an expired head.
  */
 static BlockNumber head_sweep_block = InvalidBlockNumber;
 static BlockNumber head_clean_pages = 0;
@@ -1084,14 +1192,14 @@ sweep_heads(FbScan *h, int64 cutoff, int npages)
 		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
 		ReleaseBuffer(buf);
 		for (int i = 0; i < nexpired; i++)
-			(void) try_delete(h, &expired[i]);
+			pending_head_add(&expired[i], cutoff);
 		head_clean_pages = nexpired > 0 ? 0 : head_clean_pages + 1;
 		head_sweep_block++;
 	}
 	return head_clean_pages < nblocks;
 }
 
-/* Admissions per backend, so that a page of heads is swept at every 16th. */
+/* Calls per backend, so that a page of heads is swept at the first and every 16th. */
 static uint32 head_sweep_clock = 0;
 
 static void
