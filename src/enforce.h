@@ -6,6 +6,7 @@
 #ifndef SLIDEWIN_ENFORCE_H
 #define SLIDEWIN_ENFORCE_H
 
+#include "compat.h"
 #include "limit.h"
 #include "utils/guc.h"
 
@@ -31,10 +32,10 @@ extern const struct config_enum_entry error_style_options[];
 extern void enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o);
 
 /* Raise SQLSTATE RL429 (or PGRST, under error_style postgrest). */
-extern void enforce_raise_denied(const RlArgs *args, const RlOutcome *o) pg_attribute_noreturn();
+SLIDEWIN_NORETURN extern void enforce_raise_denied(const RlArgs *args, const RlOutcome *o);
 /* The same, with the detail and hint given (NULL: the usual ones). */
-extern void enforce_raise_denied_detail(const RlArgs *args, const RlOutcome *o,
-										const char *detail, const char *hint) pg_attribute_noreturn();
+SLIDEWIN_NORETURN extern void enforce_raise_denied_detail(const RlArgs *args, const RlOutcome *o,
+														  const char *detail, const char *hint);
 
 /* Charge, sleeping on the latch until admitted or timeout_us has passed. */
 extern void enforce_wait(const RlArgs *args, int policy, bool refund,

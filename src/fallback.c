@@ -90,6 +90,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "fallback.h"
 #include "store_redis.h"
 
@@ -395,7 +396,7 @@ scan_begin_range(FbScan *s, FbIndex which, StrategyNumber lo_strategy, int64 lo,
 	if (hi_strategy != InvalidStrategy)
 		ScanKeyEntryInitialize(&sk[nkeys++], 0, col, hi_strategy, InvalidOid,
 							   InvalidOid, bound_proc(hi_strategy), Int64GetDatum(hi));
-	scan = index_beginscan(s->rel, s->idx[which], SnapshotSelf, nkeys, 0);
+	scan = slidewin_index_beginscan(s->rel, s->idx[which], SnapshotSelf, nkeys, 0);
 	index_rescan(scan, sk, nkeys, NULL, 0);
 	return scan;
 }
@@ -414,7 +415,7 @@ scan_begin_kind(FbScan *s, int16 kind)
 						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
 	ScanKeyEntryInitialize(&sk[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
 						   InvalidOid, F_INT2EQ, Int16GetDatum(kind));
-	scan = index_beginscan(s->rel, s->idx[IDX_KEY_TS], SnapshotSelf, 2, 0);
+	scan = slidewin_index_beginscan(s->rel, s->idx[IDX_KEY_TS], SnapshotSelf, 2, 0);
 	index_rescan(scan, sk, 2, NULL, 0);
 	return scan;
 }
@@ -1015,8 +1016,8 @@ head_write(FbScan *h, int16 kind, const FbHead *old, int64 ts, int64 total, int6
 		LockTupleMode lockmode;
 		TM_Result	r;
 
-		r = heap_update(h->rel, (ItemPointer) &old->tid, tup, GetCurrentCommandId(true),
-						InvalidSnapshot, true, &tmfd, &lockmode);
+		r = slidewin_heap_update(h->rel, (ItemPointer) &old->tid, tup, GetCurrentCommandId(true),
+								 true, &tmfd, &lockmode);
 		if (r == TM_SelfModified)
 			elog(ERROR, "slidewin fallback head was changed twice in one command");
 		if (r != TM_Ok || HeapTupleIsHeapOnly(tup))

@@ -41,6 +41,7 @@
 
 #include <hiredis/sds.h>
 
+#include "compat.h"
 #include "redis_conn.h"
 #include "redis_link.h"
 #include "redis_tls.h"
@@ -728,7 +729,7 @@ redis_link_open_socket(const char *addr, int port, const char *name, TimestampTz
 		goto fail;
 	}
 	ReleaseExternalFD();
-	cur->wes = CreateWaitEventSet(TopMemoryContext, 3);
+	cur->wes = slidewin_create_wait_event_set(3);
 	AddWaitEventToSet(cur->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	/* As WaitLatchOrSocket does: a single-user backend has no postmaster. */
 	if (IsUnderPostmaster)

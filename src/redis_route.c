@@ -253,8 +253,7 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 	{
 		PG_TRY();
 		{
-			RedisStatus st = RS_OK;
-
+			st = RS_OK;
 			if (routed_hook && !in_routed_hook)
 			{
 				in_routed_hook = true;

@@ -559,7 +559,7 @@ pipeline_hook(RedisResult *result)
 		return RS_OK;
 	(void) limit_test_clock(&dummy);	/* parse it here, where that may ERROR */
 	drop_foreign();
-	for (int round = 0; q_head < n_queue; round++)
+	while (q_head < n_queue)
 	{
 		RedisStatus st;
 

@@ -17,6 +17,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "compat.h"
 #include "reply_cap.h"
 
 static redisReplyObjectFunctions *hiredis_reply_fns;
@@ -26,7 +27,7 @@ static bool reply_too_many_elements;
 
 /* hiredis takes NULL for out of memory and stops with a reader error. */
 static void *
-capped_create_array(const redisReadTask *task, int elements)
+capped_create_array(const redisReadTask *task, slidewin_redis_array_len elements)
 {
 	if (elements > reply_elements_left)
 	{

@@ -20,6 +20,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
@@ -74,12 +75,12 @@ check_redis_url(char **newval, void **extra, GucSource source)
 	RedisTarget *t;
 	const char *why = NULL;
 
-	t = (RedisTarget *) malloc(sizeof(RedisTarget));
+	t = (RedisTarget *) slidewin_guc_malloc(sizeof(RedisTarget));
 	if (t == NULL)
 		return false;
 	if (!redis_parse_url(*newval, t, &why))
 	{
-		free(t);
+		slidewin_guc_free(t);
 		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
 		GUC_check_errmsg("invalid value for parameter \"slidewin.redis_url\"");
 		GUC_check_errdetail("%s", why);
@@ -88,7 +89,7 @@ check_redis_url(char **newval, void **extra, GucSource source)
 	if (t->password[0] != '\0' && source_is_catalog(source))
 	{
 		explicit_bzero(t, sizeof(RedisTarget));
-		free(t);
+		slidewin_guc_free(t);
 		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
 		GUC_check_errmsg("slidewin.redis_url must not contain a password here");
 		GUC_check_errdetail("Values set with ALTER ROLE, ALTER DATABASE or a function's SET clause are stored in catalogs that every role can read.");

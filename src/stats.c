@@ -72,6 +72,7 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "stats.h"
 
 bool		slidewin_stats = true;
@@ -350,8 +351,10 @@ slot_at(int i)
 static inline StatsSlot *
 own_slot(void)
 {
-	if (MyProc != NULL && MyProc->pgprocno >= 0 && MyProc->pgprocno < ss->nslots)
-		return slot_at(MyProc->pgprocno);
+	int			procno = SLIDEWIN_MY_PROC_NUMBER();
+
+	if (procno >= 0 && procno < ss->nslots)
+		return slot_at(procno);
 	return NULL;
 }
 
