@@ -3,6 +3,8 @@
 #   make demo    install what is missing, build, install, run the demo
 #   make test    install what is missing, build, install, run every suite,
 #                the sanitize pass included (test/run_all.sh)
+#   make test-matrix  the suite again on the other PostgreSQL majors, each in
+#                a Debian chroot made with debootstrap (test/matrix.sh)
 #   make sanitize  only the sanitize pass: an ASan+UBSan build in a private
 #                installation of its own, and the suites against it
 #   make valgrind  the regression suite under valgrind memcheck (not part
@@ -28,17 +30,20 @@ EXTRA_CLEAN = test/fuzz/build
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(filter-out sql/slidewin--%,$(wildcard sql/*.sql))))
 REGRESS_OPTS = --inputdir=. --load-extension=slidewin
 
-# Debian installs several server versions side by side; prefer 15.
+# The server is the one PG_CONFIG names, as PGXS has it: `make
+# PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config test`. Unset, Debian's
+# pg_config (the newest postgresql-server-dev installed).
 #
 # SLIDEWIN_PRIVATE_ROOT=DIR builds, installs and tests against a private copy
-# of the PostgreSQL installation under DIR (made by test/private_pg.sh), so
+# of that PostgreSQL installation under DIR (made by test/private_pg.sh), so
 # the system's library directory is never touched.
+PG_CONFIG ?= pg_config
 ifneq ($(SLIDEWIN_PRIVATE_ROOT),)
 override SLIDEWIN_PRIVATE_ROOT := $(abspath $(SLIDEWIN_PRIVATE_ROOT))
-PG_CONFIG := $(SLIDEWIN_PRIVATE_ROOT)/usr/lib/postgresql/15/bin/pg_config
-export SLIDEWIN_PRIVATE_ROOT PG_CONFIG
+SYSTEM_PG_CONFIG := $(if $(findstring $(SLIDEWIN_PRIVATE_ROOT),$(PG_CONFIG)),$(SYSTEM_PG_CONFIG),$(PG_CONFIG))
+override PG_CONFIG := $(SLIDEWIN_PRIVATE_ROOT)$(shell $(SYSTEM_PG_CONFIG) --bindir 2>/dev/null)/pg_config
+export SLIDEWIN_PRIVATE_ROOT PG_CONFIG SYSTEM_PG_CONFIG
 endif
-PG_CONFIG ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)
 include $(PGXS)
@@ -50,7 +55,7 @@ ifneq ($(PGXS),)
 $(OBJS): $(wildcard src/*.h)
 endif
 
-.PHONY: deps demo test bench fuzz unit sanitize valgrind
+.PHONY: deps demo test test-matrix bench fuzz unit sanitize valgrind
 
 FUZZ_SECONDS ?= 60
 
@@ -69,6 +74,10 @@ test: deps
 	$(MAKE) all
 	$(MAKE) install
 	@bash test/run_all.sh
+
+# The whole suite on the other PostgreSQL majors, in Debian chroots (test/matrix.sh).
+test-matrix: deps
+	@bash test/matrix.sh
 
 sanitize: deps
 	@bash test/sanitize.sh

@@ -1,18 +1,62 @@
 #!/usr/bin/env bash
-# Install the Debian 12 packages that building and testing slidewin need.
+# Install the Debian packages that building and testing slidewin need, on
+# Debian 12 (bookworm), 13 (trixie) or sid.
 #
 # Idempotent: it asks dpkg what is already installed and runs apt only for
 # what is missing (one `apt-get update`, one `apt-get install`).  With
 # everything present it prints a single line and touches nothing.
+#
+# The PostgreSQL major is asked, never written here: $SLIDEWIN_PG_MAJOR if
+# set, else the one $PG_CONFIG reports, else the newest
+# postgresql-server-dev-NN installed, else the release's default (what its
+# `postgresql` package depends on).  clang and its runtimes (the fuzzers)
+# come through Debian's default-version packages, so each release gets its
+# own.
 #
 # redis-server's package starts a system Redis on port 6379 on a normal
 # system.  The tests never use it (they start their own on free ports), and
 # this script neither starts nor stops it.
 set -euo pipefail
 
+export DEBIAN_FRONTEND=noninteractive
+apt_updated=
+
+apt_update() {
+	[[ -n $apt_updated ]] && return 0
+	apt-get update
+	apt_updated=1
+}
+
+# The newest major of an installed postgresql-server-dev-NN, if any.
+installed_major() {
+	dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'postgresql-server-dev-[0-9]*' 2>/dev/null |
+		awk '$1 == "ii" { sub(/^postgresql-server-dev-/, "", $2); print $2 }' | sort -n | tail -n 1
+}
+
+# The release's default major: postgresql depends on postgresql-NN.
+default_major() {
+	apt-cache depends postgresql 2>/dev/null |
+		sed -n 's/^ *Depends: postgresql-\([0-9][0-9]*\)$/\1/p' | head -n 1
+}
+
+pg_major=${SLIDEWIN_PG_MAJOR:-}
+if [[ -z $pg_major && -n ${PG_CONFIG:-} ]] && v=$("$PG_CONFIG" --version 2>/dev/null); then
+	pg_major=$(sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p' <<<"$v")
+fi
+[[ -n $pg_major ]] || pg_major=$(installed_major)
+[[ -n $pg_major ]] || pg_major=$(default_major)
+if [[ -z $pg_major ]] && ((EUID == 0)); then
+	apt_update >/dev/null
+	pg_major=$(default_major)
+fi
+if [[ -z $pg_major ]]; then
+	echo "deps: cannot tell which PostgreSQL major to install (set SLIDEWIN_PG_MAJOR)" >&2
+	exit 1
+fi
+
 packages=(
-	postgresql-15
-	postgresql-server-dev-15
+	"postgresql-$pg_major"
+	"postgresql-server-dev-$pg_major"
 	libhiredis-dev
 	libssl-dev
 	openssl
@@ -22,17 +66,18 @@ packages=(
 	libipc-run-perl
 	libio-socket-ssl-perl
 	build-essential
-	clang-14
-	libclang-rt-14-dev
+	clang
+	libclang-rt-dev
 	procps
 	util-linux
 	prometheus-postgres-exporter
 	curl
 	gnuplot-nox
+	debootstrap
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
-	echo "deps: dpkg-query not found; this script supports Debian 12 only." >&2
+	echo "deps: dpkg-query not found; this script supports Debian 12, 13 and sid only." >&2
 	echo "deps: install by hand: ${packages[*]}" >&2
 	exit 1
 fi
@@ -50,10 +95,20 @@ missing_packages() {
 	done
 }
 
-# Valkey 8 comes from Debian's bookworm-backports suite. Its source entry is
-# derived from the machine's own Debian entry (same mirror, same key), never
-# written with a mirror of our own choosing.
-backports_packages=(valkey-server)
+# Valkey: Debian 13 and later ship it; on 12 it comes from bookworm-backports,
+# whose source entry is derived from the machine's own Debian entry (same
+# mirror, same key), never written with a mirror of our own choosing.
+backports_packages=()
+if ! installed valkey-server; then
+	if [[ $(apt-cache policy valkey-server 2>/dev/null | sed -n 's/^ *Candidate: //p') =~ ^[0-9] ]] &&
+		! grep -rqsE -- "-backports" <(apt-cache policy valkey-server 2>/dev/null | sed -n '/Version table/,$p' | head -n 3); then
+		packages+=(valkey-server)
+	else
+		backports_packages=(valkey-server)
+	fi
+else
+	packages+=(valkey-server)
+fi
 
 backports_file=/etc/apt/sources.list.d/slidewin-backports.sources
 
@@ -108,7 +163,6 @@ if ((EUID != 0)); then
 	exit 1
 fi
 
-export DEBIAN_FRONTEND=noninteractive
 codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 if ((${#missing_bp[@]} > 0)) &&
 	! grep -rqsE -- "(^|[[:space:]])$codename-backports([[:space:]]|$)" /etc/apt/sources.list /etc/apt/sources.list.d/; then
@@ -121,7 +175,8 @@ if ((${#missing_bp[@]} > 0)) &&
 	printf '%s\n' "# slidewin test/deps.sh: backports for valkey-server" "$entry" >"$backports_file"
 fi
 echo "deps: installing ${missing[*]} ${missing_bp[*]}"
-apt-get update
+apt_updated=
+apt_update
 if ((${#missing[@]} > 0)); then
 	apt-get install -y --no-install-recommends "${missing[@]}"
 fi

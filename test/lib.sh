@@ -23,13 +23,7 @@
 #                         root (PostgreSQL refuses to run as root), else
 #                         the current user
 
-if [[ -z ${PG_CONFIG:-} ]]; then
-	if [[ -x /usr/lib/postgresql/15/bin/pg_config ]]; then
-		PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-	else
-		PG_CONFIG=pg_config
-	fi
-fi
+PG_CONFIG=${PG_CONFIG:-pg_config}
 
 PG_BINDIR=$("$PG_CONFIG" --bindir 2>/dev/null) || PG_BINDIR=
 _slidewin_pgxs=$("$PG_CONFIG" --pgxs 2>/dev/null) || _slidewin_pgxs=

@@ -17,6 +17,10 @@ root=$(cd "$root" && pwd)
 # The servers run as another user when we are root.
 chmod 755 "$root"
 
+# The installation copied is the one PG_CONFIG names (SYSTEM_PG_CONFIG wins).
+if [[ -z ${SYSTEM_PG_CONFIG:-} && -n ${PG_CONFIG:-} ]]; then
+	export SYSTEM_PG_CONFIG=$PG_CONFIG
+fi
 pg_config=$(bash "$here/private_pg.sh" "$root")
 build=$root/build
 rm -rf "$build"

@@ -6,7 +6,7 @@
 #
 # PostgreSQL finds its share, lib and include directories relative to its own
 # binaries when they keep the same layout, so mirroring the installed
-# directories below ROOT is enough: ROOT/usr/lib/postgresql/15/bin/pg_config
+# directories below ROOT is enough: ROOT/usr/lib/postgresql/NN/bin/pg_config
 # then reports paths below ROOT, and PGXS installs there.
 #
 # The copy's `postgres` is a small script that runs the real server
@@ -20,8 +20,8 @@
 set -euo pipefail
 
 root=${1:?usage: private_pg.sh ROOT}
-sys_pg_config=${SYSTEM_PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-if [[ ! -x $sys_pg_config ]]; then
+sys_pg_config=${SYSTEM_PG_CONFIG:-$(command -v pg_config || echo pg_config)}
+if ! "$sys_pg_config" --bindir >/dev/null 2>&1; then
 	echo "private_pg: $sys_pg_config not found; run test/deps.sh first" >&2
 	exit 1
 fi
@@ -31,7 +31,7 @@ root=$(cd "$root" && pwd)
 bindir=$("$sys_pg_config" --bindir)
 sharedir=$("$sys_pg_config" --sharedir)
 includedir=$("$sys_pg_config" --includedir)
-# bin's parent holds bin and lib (Debian: /usr/lib/postgresql/15)
+# bin's parent holds bin and lib (Debian: /usr/lib/postgresql/NN)
 for dir in "${bindir%/bin}" "$sharedir" "$includedir"; do
 	[[ -d $dir ]] || continue
 	if [[ ! -e $root$dir ]]; then

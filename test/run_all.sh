@@ -365,6 +365,8 @@ run_tap_suite() {
 		PATH="$PG_BINDIR:$PATH"
 		PERL5LIB="$PG_TAP_PERL:$src/test/perl"
 		TESTDIR="$tapdir"
+		TESTDATADIR="$tapdir/tmp_check"
+		TESTLOGDIR="$tapdir/tmp_check/log"
 		PG_REGRESS="$PG_REGRESS"
 		PG_TEST_PORT_DIR="${PG_TEST_PORT_DIR:-$tapdir/portlock}"
 		SLIDEWIN_SRC="$src"

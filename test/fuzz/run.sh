@@ -4,7 +4,7 @@
 #   bash test/fuzz/run.sh [--seconds N] [--build-only] [TARGET...]
 #
 # TARGET is a name such as url (test/fuzz/fuzz_url.c); the default is every
-# target. Each target is built with clang-14 and -fsanitize=fuzzer,address,
+# target. Each target is built with clang and -fsanitize=fuzzer,address,
 # undefined from its fuzz_NAME.c plus slidewin's pure files (src/redis_url.c,
 # src/reply_check.c, src/reply_cap.c, src/tenant_kind.c,
 # src/cluster_slots.c) and hiredis: no PGXS, no server. A rebuild happens only when a source is newer than the
@@ -19,7 +19,7 @@
 # Exit status: 0 when every target ran clean, 1 otherwise. The last line is
 # "fuzz: N targets clean, M failed".
 #
-# Knobs (environment): FUZZ_CC (default clang-14), FUZZ_BUILD (build
+# Knobs (environment): FUZZ_CC (default clang, Debian's default version), FUZZ_BUILD (build
 # directory, default test/fuzz/build), FUZZ_ARTIFACTS (default
 # test/fuzz/artifacts), PG_CONFIG (for the server headers tenant_kind.c
 # reads OIDs from).
@@ -60,16 +60,10 @@ if ! [[ $seconds =~ ^[0-9]+$ ]] || ((seconds < 1)); then
 	exit 2
 fi
 
-cc=${FUZZ_CC:-clang-14}
+cc=${FUZZ_CC:-clang}
 build=${FUZZ_BUILD:-$here/build}
 artifacts_root=${FUZZ_ARTIFACTS:-$here/artifacts}
-if [[ -z ${PG_CONFIG:-} ]]; then
-	if [[ -x /usr/lib/postgresql/15/bin/pg_config ]]; then
-		PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-	else
-		PG_CONFIG=pg_config
-	fi
-fi
+PG_CONFIG=${PG_CONFIG:-pg_config}
 
 pure=(redis_url reply_check reply_cap tenant_kind cluster_slots)
 if ((${#targets[@]} == 0)); then
@@ -93,7 +87,7 @@ done
 # ---- build -------------------------------------------------------------------
 
 if ! command -v "$cc" >/dev/null 2>&1; then
-	echo "fuzz: $cc not found; run test/deps.sh (packages clang-14, libclang-rt-14-dev)" >&2
+	echo "fuzz: $cc not found; run test/deps.sh (packages clang, libclang-rt-dev)" >&2
 	exit 1
 fi
 server_inc=$("$PG_CONFIG" --includedir-server 2>/dev/null) || server_inc=

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# make test-matrix: the whole suite on the other PostgreSQL majors, each in a
+# minimal Debian chroot of its own made here with debootstrap.
+#
+#   trixie        Debian 13: its PostgreSQL, Redis, Valkey and hiredis 1.x;
+#                 the whole suite (make test, without the sanitize pass).
+#                 Required.
+#   sid           Debian unstable: the same. Required, except that a failure
+#                 of the chroot's own setup (a package sid broke that day)
+#                 is reported as "setup failed" and not counted.
+#   experimental  sid plus experimental's newest PostgreSQL (a release
+#                 candidate): built, and the regression suite run. Advisory:
+#                 reported, never counted.
+#
+# No version is written here: each suite's PostgreSQL is the one its release
+# installs (test/deps.sh asks apt), and the table at the end asks every
+# program for its own version. The mirror is this machine's own, read from
+# its apt configuration (the URI that serves this release's main), never
+# written into the project.
+#
+# Each chroot is entered through a private mount and PID namespace with
+# pivot_root, not chroot(2): a chrooted process may not create user
+# namespaces, which TAP 063 needs, and the PID namespace ends every server a
+# run leaves behind. Each suite runs on a port range of its own.
+#
+# Knobs: SLIDEWIN_MATRIX_DIR (default /var/tmp/slidewin-matrix: the chroots,
+# about 2 GB each, kept and reused; remove it to start over),
+# SLIDEWIN_MATRIX_SUITES (default "trixie sid experimental").
+#
+# Output: each suite's run, then a table of suite x result, then one line
+# `N passed, M failed` over the counted suites. Exit status 1 if a counted
+# suite failed.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+dir=${SLIDEWIN_MATRIX_DIR:-/var/tmp/slidewin-matrix}
+read -r -a suites <<<"${SLIDEWIN_MATRIX_SUITES:-trixie sid experimental}"
+
+die() {
+	echo "test-matrix: $*" >&2
+	echo "0 passed, 1 failed"
+	exit 1
+}
+
+((EUID == 0)) || die "debootstrap and the namespaces need root"
+for tool in debootstrap unshare pivot_root; do
+	command -v "$tool" >/dev/null 2>&1 || [[ -x /usr/sbin/$tool ]] ||
+		die "$tool not found (make deps installs debootstrap)"
+done
+export PATH=$PATH:/usr/sbin:/sbin
+
+# This machine's Debian mirror: the URI apt uses for this release's main.
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+mirror=$(apt-cache policy 2>/dev/null |
+	awk -v want="$codename/main" '$3 == want && $2 ~ /^https?:/ { print $2; exit }')
+[[ -n $mirror ]] || die "found no mirror serving $codename/main in this machine's apt configuration"
+
+mkdir -p "$dir" || die "cannot create $dir"
+
+# run_in ROOT CMD: CMD in bash as root inside ROOT, through pivot_root.
+run_in() {
+	local root=$1 cmd=$2
+	unshare --mount --pid --fork --propagation private -- bash -c '
+		set -e
+		r=$1
+		mount --bind "$r" "$r"
+		mount -t proc proc "$r/proc"
+		mount -t sysfs sysfs "$r/sys"
+		mount --rbind /dev "$r/dev"
+		mount -t tmpfs -o mode=1777 tmpfs "$r/dev/shm"
+		mkdir -p "$r/.oldroot"
+		cd "$r"
+		pivot_root . .oldroot
+		cd /
+		umount -l /.oldroot
+		exec env -i HOME=/root LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
+			PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			bash -c "$2"
+	' _ "$root" "$cmd"
+}
+
+# setup SUITE ROOT LOG: a chroot with the suite's packages, once.
+setup() {
+	local suite=$1 root=$2 log=$3 release=$1
+	[[ $suite == experimental ]] && release=sid
+	if [[ ! -e $root/.slidewin-base ]]; then
+		rm -rf "$root"
+		echo "  debootstrap $release from $mirror"
+		debootstrap --variant=minbase --include=ca-certificates,mount "$release" "$root" "$mirror" \
+			>>"$log" 2>&1 || return 1
+		# A mirror may serve a sid whose Release file has passed its
+		# Valid-Until date; the chroot accepts it (it is a test bed).
+		echo 'Acquire::Check-Valid-Until "false";' >"$root/etc/apt/apt.conf.d/99slidewin-matrix"
+		if [[ $suite == experimental ]]; then
+			echo "deb $mirror experimental main" >"$root/etc/apt/sources.list.d/experimental.list"
+		fi
+		touch "$root/.slidewin-base"
+	fi
+	if [[ ! -e $root/.slidewin-ready ]]; then
+		echo "  installing the suite's packages (test/deps.sh in the chroot)"
+		local pre='export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends make'
+		if [[ $suite == experimental ]]; then
+			# the newest major experimental has, asked of apt
+			pre+='; m=$(apt-cache search --names-only "^postgresql-server-dev-[0-9]+$" | sed "s/^postgresql-server-dev-\([0-9]*\) .*/\1/" | sort -n | tail -n 1)'
+			pre+=' && apt-get install -y -q --no-install-recommends -t experimental postgresql-$m postgresql-server-dev-$m'
+		fi
+		run_in "$root" "$pre" >>"$log" 2>&1 || return 1
+		rm -rf "$root/slidewin"
+		mkdir -p "$root/slidewin"
+		tar -C "$repo" --exclude=./.git -cf - . | tar -C "$root/slidewin" -xf - || return 1
+		run_in "$root" 'cd /slidewin && bash test/deps.sh' \
+			>>"$log" 2>&1 || return 1
+		touch "$root/.slidewin-ready"
+	fi
+	return 0
+}
+
+declare -A result=() versions=() counted=()
+total_passed=0
+total_failed=0
+i=0
+for suite in "${suites[@]}"; do
+	root=$dir/$suite
+	log=$dir/$suite.log
+	: >"$log"
+	lo=$((21000 + i * 9000))
+	hi=$((lo + 8999))
+	i=$((i + 1))
+	printf '\n======== test-matrix: %s ========\n' "$suite"
+	start=$(date +%s)
+	if ! setup "$suite" "$root" "$log"; then
+		tail -n 40 "$log"
+		result[$suite]="setup failed"
+		[[ $suite == trixie ]] && counted[$suite]=1 && total_failed=$((total_failed + 1))
+		continue
+	fi
+	# A fresh copy of the checkout each run (build products included only
+	# from the chroot's own build).
+	rm -rf "$root/slidewin"
+	mkdir -p "$root/slidewin"
+	tar -C "$repo" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+		--exclude=./test/fuzz/build -cf - . | tar -C "$root/slidewin" -xf -
+	pgc='$(ls -d /usr/lib/postgresql/*/bin/pg_config | sort -V | tail -n 1)'
+	if [[ $suite == experimental ]]; then
+		only=$(cd "$repo/sql" && ls -- *.sql | grep -v '^slidewin--' | sed 's/\.sql$//' | paste -sd'|')
+		cmd="cd /slidewin && export PG_CONFIG=$pgc SLIDEWIN_PORT_RANGE=$lo-$hi SLIDEWIN_SANITIZE=0 SLIDEWIN_VALKEY=0 SLIDEWIN_CLUSTER=0 SLIDEWIN_ONLY='^($only)\$' && make test"
+	else
+		cmd="cd /slidewin && export PG_CONFIG=$pgc SLIDEWIN_PORT_RANGE=$lo-$hi SLIDEWIN_SANITIZE=0 && make test"
+	fi
+	run_in "$root" "$cmd" 2>&1 | tee -a "$log"
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+	elapsed=$(($(date +%s) - start))
+	versions[$suite]=$(run_in "$root" '
+		printf "%s; " "$(pg_config --version 2>/dev/null | sed "s/ (.*//")"
+		printf "Redis %s; " "$(redis-server --version | sed -n "s/.* v=\([^ ]*\).*/\1/p")"
+		printf "Valkey %s; " "$(valkey-server --version 2>/dev/null | sed -n "s/.* v=\([^ ]*\).*/\1/p")"
+		printf "hiredis %s" "$(dpkg-query -W -f="\${Version}" libhiredis-dev 2>/dev/null)"' 2>/dev/null)
+	if [[ -z $line ]]; then
+		result[$suite]="no result (${elapsed} s)"
+		line="0 passed, 1 failed"
+	else
+		result[$suite]="$line (${elapsed} s)"
+	fi
+	if [[ $suite != experimental ]]; then
+		counted[$suite]=1
+		read -r p _ f _ <<<"$line"
+		total_passed=$((total_passed + p))
+		total_failed=$((total_failed + f))
+	fi
+done
+
+printf '\n======== test-matrix: results ========\n'
+printf '%-13s | %-8s | %-70s | %s\n' suite counted versions result
+for suite in "${suites[@]}"; do
+	printf '%-13s | %-8s | %-70s | %s\n' "$suite" "$([[ -n ${counted[$suite]:-} ]] && echo yes || echo no)" \
+		"${versions[$suite]:-}" "${result[$suite]:-}"
+done
+echo
+echo "$total_passed passed, $total_failed failed"
+((total_failed == 0))
