@@ -30,18 +30,18 @@ apt_update() {
 # The newest major of an installed postgresql-server-dev-NN, if any.
 installed_major() {
 	dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'postgresql-server-dev-[0-9]*' 2>/dev/null |
-		awk '$1 == "ii" { sub(/^postgresql-server-dev-/, "", $2); print $2 }' | sort -n | tail -n 1
+		awk '$1 == "ii" { sub(/^postgresql-server-dev-/, "", $2); print $2 }' | sort -n | tail -n 1 || true
 }
 
 # The release's default major: postgresql depends on postgresql-NN.
 default_major() {
 	apt-cache depends postgresql 2>/dev/null |
-		sed -n 's/^ *Depends: postgresql-\([0-9][0-9]*\)$/\1/p' | head -n 1
+		sed -n 's/^ *Depends: postgresql-\([0-9][0-9]*\)$/\1/p' | head -n 1 || true
 }
 
 pg_major=${SLIDEWIN_PG_MAJOR:-}
 if [[ -z $pg_major && -n ${PG_CONFIG:-} ]] && v=$("$PG_CONFIG" --version 2>/dev/null); then
-	pg_major=$(sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p' <<<"$v")
+	pg_major=$(sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p' <<<"$v" || true)
 fi
 [[ -n $pg_major ]] || pg_major=$(installed_major)
 [[ -n $pg_major ]] || pg_major=$(default_major)
