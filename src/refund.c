@@ -44,6 +44,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -59,6 +61,7 @@
 #include "store_redis.h"
 
 bool		slidewin_refund_on_abort = false;
+int			slidewin_refund_confirm_timeout = 50;
 int64		refund_done_count = 0;
 int64		refund_dropped_count = 0;
 
@@ -132,6 +135,7 @@ static bool exit_registered = false;
 static uint64 script_known_on = 0;
 
 static RedisStatus pipeline_hook(RedisResult *result);
+static RefundEntry *next_sent(void);
 static void settle(RefundEntry *e, redisReply *reply, int level);
 static void refund_at_exit(int code, Datum arg);
 
@@ -355,7 +359,7 @@ append_pending(void)
  * link and in order, by routed_hook.
  */
 static void
-cluster_push_pending(int budget)
+cluster_push_pending(TimestampTz deadline)
 {
 	char		now[24];
 	uint32		target = redis_target_id();
@@ -391,9 +395,45 @@ cluster_push_pending(int budget)
 	for (int l = 0; l < REDIS_MAX_LINK_COUNT; l++)
 		if (touched[l])
 		{
+			long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+			/* one deadline for all links: a frozen node cannot add up */
 			redis_select_link(l);
-			(void) redis_pipeline_push(budget);
+			(void) redis_pipeline_push((int) Min(left, (long) INT_MAX));
 		}
+	redis_select_link(0);
+}
+
+/*
+ * Redis Cluster, in abort, after cluster_push_pending: read each link's
+ * replies to the refunds sent there, in order, until deadline, waiting in
+ * poll() only. A link that fails or is silent is left as it is: its replies
+ * stay owed, for cluster_read_sent.
+ */
+static void
+cluster_confirm_sent(TimestampTz deadline)
+{
+	bool		left_alone[REDIS_MAX_LINK_COUNT] = {false};
+
+	for (int i = q_head; i < n_queue; i++)
+	{
+		RefundEntry *e = queue[i];
+		RedisResult r;
+		redisReply *reply;
+
+		if (e->state != ENTRY_SENT || e->link < 0 || left_alone[e->link])
+			continue;
+		redis_select_link(e->link);
+		if (redis_connection_id() != e->link_conn || redis_pipelined() == 0 ||
+			!redis_pipeline_ready() ||
+			redis_pipeline_read_nowait(&reply, deadline, &r) != RS_OK)
+		{
+			left_alone[e->link] = true;
+			continue;
+		}
+		settle(e, reply, WARNING);
+		freeReplyObject(reply);
+	}
 	redis_select_link(0);
 }
 
@@ -440,17 +480,67 @@ cluster_read_sent(RedisResult *result)
 	return RS_OK;
 }
 
-/* In abort: queue the entries from live[from] on and send what we can. */
+/*
+ * In abort, after the push: read the replies owed to the refunds sent on the
+ * open connection, in order, until deadline, waiting in poll() only. What is
+ * still owed then is read by the pipeline hook, as before.
+ */
+static void
+confirm_sent(TimestampTz deadline)
+{
+	while (n_sent > 0 && sent_on == redis_connection_id() && redis_pipelined() > 0)
+	{
+		RedisResult r;
+		redisReply *reply;
+		RefundEntry *e;
+
+		if (redis_pipeline_read_nowait(&reply, deadline, &r) != RS_OK)
+			return;
+		e = next_sent();
+		if (e == NULL)
+		{
+			/* cannot happen: a reply no refund owns; trust nothing further */
+			freeReplyObject(reply);
+			redis_disconnect();
+			return;
+		}
+		settle(e, reply, WARNING);
+		freeReplyObject(reply);
+	}
+}
+
+/*
+ * In abort: queue the entries from live[from] on, send what we can, and wait
+ * a little for the replies (slidewin.refund_confirm_timeout, capped by
+ * command_timeout), so that when ROLLBACK returns the refunds are applied
+ * and confirmed: other sessions see the units back, and the deny cache has
+ * the keys back, even if this backend then stays idle. The whole abort
+ * spends at most the larger of that and ABORT_PUSH_BUDGET_MS, capped by
+ * command_timeout, whatever Redis does: interrupts are held here, so the
+ * deadline is the only way out of a wait. Settling a reply here may report a
+ * dropped refund with a WARNING, never more.
+ */
 static void
 refund_from_abort(int from)
 {
-	int			budget = Min(slidewin_command_timeout, ABORT_PUSH_BUDGET_MS);
+	TimestampTz start = GetCurrentTimestamp();
+	int			confirm = Min(slidewin_command_timeout, slidewin_refund_confirm_timeout);
+	int			budget = Min(slidewin_command_timeout, Max(ABORT_PUSH_BUDGET_MS, confirm));
+	TimestampTz confirm_by = TimestampTzPlusMilliseconds(start, confirm);
 
 	queue_live_from(from);
 	if (redis_target_is_cluster())
-		cluster_push_pending(budget);
+	{
+		cluster_push_pending(TimestampTzPlusMilliseconds(start, budget));
+		if (confirm > 0)
+			cluster_confirm_sent(confirm_by);
+	}
 	else if (append_pending())
+	{
 		(void) redis_pipeline_push(budget);
+		if (confirm > 0)
+			confirm_sent(confirm_by);
+	}
 }
 
 /* ---------------------------------------------------------------------
