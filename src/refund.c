@@ -13,23 +13,30 @@
  * gone by then. The fallback store needs none of this: its rows vanish with
  * the transaction.
  *
- * Refunds never wait inside abort. Abort processing holds interrupts, and
- * an ERROR there is escalated to PANIC, so the abort callbacks only move
- * the aborted entries to the refund queue (no allocation: the queue's room
- * is reserved when an entry is remembered), and, if a connection is open
- * and not in the middle of an exchange, append their commands to it and
- * push the bytes out for a few milliseconds at most (poll() only; no latch,
- * no WaitEventSet, no connecting, no reading). Redis applies them as they
- * arrive. Their replies are read by the pipeline hook that redis_exec runs
- * before this backend's next command, in normal context, interruptibly;
- * that hook also sends whatever is still queued (no connection was open at
- * abort, the connection broke, Redis lost the script). Refunds are
- * idempotent in Redis, so one sent twice (its connection was lost before
- * the reply) gives back once.
+ * Refunds wait inside abort only until a deadline. Abort processing holds
+ * interrupts (a cancel cannot end a wait), and an ERROR there is escalated
+ * to PANIC, so the abort callbacks only move the aborted entries to the
+ * refund queue (no allocation: the queue's room is reserved when an entry
+ * is remembered), and, if a connection is open and not in the middle of an
+ * exchange, append their commands to it, push the bytes out and read the
+ * replies as they come until slidewin.refund_confirm_timeout has passed
+ * (capped by command_timeout; poll() only: no latch, no WaitEventSet, no
+ * connecting). As in postgres_fdw's abort cleanup, the deadline, not
+ * CHECK_FOR_INTERRUPTS, ends the wait. A reply read there settles its refund
+ * (a dropped one is reported with a WARNING, never more), so that when
+ * ROLLBACK returns the refunds are applied and confirmed even if the backend
+ * then stays idle. Replies still owed at the deadline are read by the
+ * pipeline hook that redis_exec runs before this backend's next command, in
+ * normal context, interruptibly; that hook also sends whatever is still
+ * queued (no connection was open at abort, the connection broke, Redis lost
+ * the script). Refunds are idempotent in Redis, so one sent twice (its
+ * connection was lost before the reply) gives back once.
  *
  * A refund is counted as done when its reply says so, and the deny cache
  * moves the key's generation at that moment; until then deny_cache keeps
- * the key's bucket out of the cache (deny_cache_refund_begin/_end).
+ * the key's bucket out of the cache (deny_cache_refund_begin/_end), in every
+ * backend: a reply left unread keeps other backends' denials of the key
+ * going to Redis, which is why the abort waits for it.
  *
  * A refund is dropped (its units stay spent: the safe direction), counted
  * and reported, only when: the server it belongs to is no longer the one
