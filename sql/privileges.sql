@@ -17,6 +17,7 @@ SET slidewin.key_prefix = 'elsewhere:';
 SET slidewin.test_now = '2030-01-01 00:00:00+00';
 SET slidewin.command_timeout = 1;
 SET slidewin.connect_timeout = 1;
+SET slidewin.refund_confirm_timeout = 0;
 -- nor switch off enforcement, turn on refunds, or silence denial logging
 SET slidewin.enforce = off;
 SET slidewin.refund_on_abort = on;

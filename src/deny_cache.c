@@ -403,8 +403,8 @@ deny_cache_invalidate(uint32 h)
 
 /*
  * Refunds travel asynchronously (refund.c): queued at abort, confirmed by
- * Redis's reply at some later command of the refunding backend. While one is
- * on its way, no backend serves a cached denial of the key's bucket, so a
+ * Redis's reply, read at abort within a bounded wait or else at a later
+ * command of the refunding backend. While one is on its way, no backend serves a cached denial of the key's bucket, so a
  * denial that Redis gave just before the refund landed is never kept past
  * it; when it is confirmed the generation moves (after Redis has applied
  * it, never before) and only then does the bucket count go down. Both are

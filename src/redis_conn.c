@@ -1042,24 +1042,28 @@ ms_left(TimestampTz deadline)
 	return (int) Min(ms, (long) INT_MAX);
 }
 
-/* Wait for the socket with poll(): no latch, no WaitEventSet, no ERROR. */
+/*
+ * Wait for the socket with poll(): no latch, no WaitEventSet, no ERROR. Once
+ * the deadline has passed it still looks, without waiting, so that what has
+ * already arrived is read.
+ */
 static bool
 poll_socket(short events, TimestampTz deadline)
 {
 	for (;;)
 	{
 		struct pollfd p;
-		int			timeout = ms_left(deadline);
+		int			timeout = Max(ms_left(deadline), 0);
 		int			rc;
 
-		if (timeout <= 0)
-			return false;
 		p.fd = cur->ctx->fd;
 		p.events = events;
 		p.revents = 0;
 		rc = poll(&p, 1, timeout);
 		if (rc > 0)
 			return true;
+		if (rc == 0 && timeout == 0)
+			return false;
 		if (rc < 0 && errno != EINTR)
 			return false;
 	}
@@ -1128,7 +1132,8 @@ redis_pipeline_write(RedisResult *result)
 /*
  * Read the next reply owed to a pipelined command. In normal context
  * (interruptible) unless nowait_deadline is set, in which case only poll()
- * waits, until then: for backend exit, where the latch must not be used.
+ * waits, until then: for transaction abort and backend exit, where the latch
+ * must not be used and nothing may raise an ERROR.
  */
 static RedisStatus
 pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadline)
@@ -1156,8 +1161,26 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 			;					/* bytes are there already */
 		else if (nowait_deadline != 0)
 		{
-			if (!poll_socket(wait_for == WL_SOCKET_WRITEABLE ? POLLOUT : POLLIN,
-							 nowait_deadline))
+			short		events = wait_for == WL_SOCKET_WRITEABLE ? POLLOUT : POLLIN;
+
+			/*
+			 * Commands pushed only in part go on out while we wait, so that
+			 * the replies to the rest can come too.
+			 */
+			if (sdslen(cur->ctx->obuf) > 0)
+			{
+				int			w = WL_SOCKET_WRITEABLE;
+				int			done = conn_send(&w, ioerr, sizeof(ioerr));
+
+				if (done < 0)
+				{
+					redis_link_message(result, RS_FAIL_IO, "could not send to Redis", ioerr);
+					return RS_FAIL_IO;
+				}
+				if (done == 0)
+					events |= w == WL_SOCKET_READABLE ? POLLIN : POLLOUT;
+			}
+			if (!poll_socket(events, nowait_deadline))
 			{
 				redis_link_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
 				return RS_FAIL_TIMEOUT;

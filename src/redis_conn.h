@@ -89,7 +89,12 @@ extern bool redis_pipeline_append(int argc, const char **argv, const size_t *arg
 extern bool redis_pipeline_push(int budget_ms);
 extern RedisStatus redis_pipeline_write(RedisResult *result);
 extern RedisStatus redis_pipeline_read(redisReply **reply, RedisResult *result);
-/* At backend exit: waits only in poll(), until deadline. */
+/*
+ * In transaction abort or at backend exit: waits only in poll(), until
+ * deadline (then takes only what has arrived), and goes on pushing out
+ * commands appended earlier meanwhile; no ERROR, no PostgreSQL memory. On a
+ * timeout the reply stays owed, to be read later.
+ */
 extern RedisStatus redis_pipeline_read_nowait(redisReply **reply, TimestampTz deadline,
 											  RedisResult *result);
 /* Replies still owed on the open connection. */

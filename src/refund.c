@@ -13,23 +13,30 @@
  * gone by then. The fallback store needs none of this: its rows vanish with
  * the transaction.
  *
- * Refunds never wait inside abort. Abort processing holds interrupts, and
- * an ERROR there is escalated to PANIC, so the abort callbacks only move
- * the aborted entries to the refund queue (no allocation: the queue's room
- * is reserved when an entry is remembered), and, if a connection is open
- * and not in the middle of an exchange, append their commands to it and
- * push the bytes out for a few milliseconds at most (poll() only; no latch,
- * no WaitEventSet, no connecting, no reading). Redis applies them as they
- * arrive. Their replies are read by the pipeline hook that redis_exec runs
- * before this backend's next command, in normal context, interruptibly;
- * that hook also sends whatever is still queued (no connection was open at
- * abort, the connection broke, Redis lost the script). Refunds are
- * idempotent in Redis, so one sent twice (its connection was lost before
- * the reply) gives back once.
+ * Refunds wait inside abort only until a deadline. Abort processing holds
+ * interrupts (a cancel cannot end a wait), and an ERROR there is escalated
+ * to PANIC, so the abort callbacks only move the aborted entries to the
+ * refund queue (no allocation: the queue's room is reserved when an entry
+ * is remembered), and, if a connection is open and not in the middle of an
+ * exchange, append their commands to it, push the bytes out and read the
+ * replies as they come until slidewin.refund_confirm_timeout has passed
+ * (capped by command_timeout; poll() only: no latch, no WaitEventSet, no
+ * connecting). As in postgres_fdw's abort cleanup, the deadline, not
+ * CHECK_FOR_INTERRUPTS, ends the wait. A reply read there settles its refund
+ * (a dropped one is reported with a WARNING, never more), so that when
+ * ROLLBACK returns the refunds are applied and confirmed even if the backend
+ * then stays idle. Replies still owed at the deadline are read by the
+ * pipeline hook that redis_exec runs before this backend's next command, in
+ * normal context, interruptibly; that hook also sends whatever is still
+ * queued (no connection was open at abort, the connection broke, Redis lost
+ * the script). Refunds are idempotent in Redis, so one sent twice (its
+ * connection was lost before the reply) gives back once.
  *
  * A refund is counted as done when its reply says so, and the deny cache
  * moves the key's generation at that moment; until then deny_cache keeps
- * the key's bucket out of the cache (deny_cache_refund_begin/_end).
+ * the key's bucket out of the cache (deny_cache_refund_begin/_end), in every
+ * backend: a reply left unread keeps other backends' denials of the key
+ * going to Redis, which is why the abort waits for it.
  *
  * A refund is dropped (its units stay spent: the safe direction), counted
  * and reported, only when: the server it belongs to is no longer the one
@@ -43,6 +50,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <limits.h>
 
 #include "access/xact.h"
 #include "miscadmin.h"
@@ -59,6 +68,7 @@
 #include "store_redis.h"
 
 bool		slidewin_refund_on_abort = false;
+int			slidewin_refund_confirm_timeout = 50;
 int64		refund_done_count = 0;
 int64		refund_dropped_count = 0;
 
@@ -132,6 +142,7 @@ static bool exit_registered = false;
 static uint64 script_known_on = 0;
 
 static RedisStatus pipeline_hook(RedisResult *result);
+static RefundEntry *next_sent(void);
 static void settle(RefundEntry *e, redisReply *reply, int level);
 static void refund_at_exit(int code, Datum arg);
 
@@ -355,7 +366,7 @@ append_pending(void)
  * link and in order, by routed_hook.
  */
 static void
-cluster_push_pending(int budget)
+cluster_push_pending(TimestampTz deadline)
 {
 	char		now[24];
 	uint32		target = redis_target_id();
@@ -391,9 +402,45 @@ cluster_push_pending(int budget)
 	for (int l = 0; l < REDIS_MAX_LINK_COUNT; l++)
 		if (touched[l])
 		{
+			long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+			/* one deadline for all links: a frozen node cannot add up */
 			redis_select_link(l);
-			(void) redis_pipeline_push(budget);
+			(void) redis_pipeline_push((int) Min(left, (long) INT_MAX));
 		}
+	redis_select_link(0);
+}
+
+/*
+ * Redis Cluster, in abort, after cluster_push_pending: read each link's
+ * replies to the refunds sent there, in order, until deadline, waiting in
+ * poll() only. A link that fails or is silent is left as it is: its replies
+ * stay owed, for cluster_read_sent.
+ */
+static void
+cluster_confirm_sent(TimestampTz deadline)
+{
+	bool		left_alone[REDIS_MAX_LINK_COUNT] = {false};
+
+	for (int i = q_head; i < n_queue; i++)
+	{
+		RefundEntry *e = queue[i];
+		RedisResult r;
+		redisReply *reply;
+
+		if (e->state != ENTRY_SENT || e->link < 0 || left_alone[e->link])
+			continue;
+		redis_select_link(e->link);
+		if (redis_connection_id() != e->link_conn || redis_pipelined() == 0 ||
+			!redis_pipeline_ready() ||
+			redis_pipeline_read_nowait(&reply, deadline, &r) != RS_OK)
+		{
+			left_alone[e->link] = true;
+			continue;
+		}
+		settle(e, reply, WARNING);
+		freeReplyObject(reply);
+	}
 	redis_select_link(0);
 }
 
@@ -440,17 +487,67 @@ cluster_read_sent(RedisResult *result)
 	return RS_OK;
 }
 
-/* In abort: queue the entries from live[from] on and send what we can. */
+/*
+ * In abort, after the push: read the replies owed to the refunds sent on the
+ * open connection, in order, until deadline, waiting in poll() only. What is
+ * still owed then is read by the pipeline hook, as before.
+ */
+static void
+confirm_sent(TimestampTz deadline)
+{
+	while (n_sent > 0 && sent_on == redis_connection_id() && redis_pipelined() > 0)
+	{
+		RedisResult r;
+		redisReply *reply;
+		RefundEntry *e;
+
+		if (redis_pipeline_read_nowait(&reply, deadline, &r) != RS_OK)
+			return;
+		e = next_sent();
+		if (e == NULL)
+		{
+			/* cannot happen: a reply no refund owns; trust nothing further */
+			freeReplyObject(reply);
+			redis_disconnect();
+			return;
+		}
+		settle(e, reply, WARNING);
+		freeReplyObject(reply);
+	}
+}
+
+/*
+ * In abort: queue the entries from live[from] on, send what we can, and wait
+ * a little for the replies (slidewin.refund_confirm_timeout, capped by
+ * command_timeout), so that when ROLLBACK returns the refunds are applied
+ * and confirmed: other sessions see the units back, and the deny cache has
+ * the keys back, even if this backend then stays idle. The whole abort
+ * spends at most the larger of that and ABORT_PUSH_BUDGET_MS, capped by
+ * command_timeout, whatever Redis does: interrupts are held here, so the
+ * deadline is the only way out of a wait. Settling a reply here may report a
+ * dropped refund with a WARNING, never more.
+ */
 static void
 refund_from_abort(int from)
 {
-	int			budget = Min(slidewin_command_timeout, ABORT_PUSH_BUDGET_MS);
+	TimestampTz start = GetCurrentTimestamp();
+	int			confirm = Min(slidewin_command_timeout, slidewin_refund_confirm_timeout);
+	int			budget = Min(slidewin_command_timeout, Max(ABORT_PUSH_BUDGET_MS, confirm));
+	TimestampTz confirm_by = TimestampTzPlusMilliseconds(start, confirm);
 
 	queue_live_from(from);
 	if (redis_target_is_cluster())
-		cluster_push_pending(budget);
+	{
+		cluster_push_pending(TimestampTzPlusMilliseconds(start, budget));
+		if (confirm > 0)
+			cluster_confirm_sent(confirm_by);
+	}
 	else if (append_pending())
+	{
 		(void) redis_pipeline_push(budget);
+		if (confirm > 0)
+			confirm_sent(confirm_by);
+	}
 }
 
 /* ---------------------------------------------------------------------

@@ -350,6 +350,18 @@ define_settings(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomIntVariable("slidewin.refund_confirm_timeout",
+							gettext_noop("Longest wait at transaction abort for Redis to confirm "
+										 "the refunds it sent."),
+							gettext_noop("Refunds still unconfirmed then are confirmed at the "
+										 "backend's next call to Redis; capped by "
+										 "slidewin.command_timeout; 0 does not wait."),
+							&slidewin_refund_confirm_timeout,
+							50, 0, 60000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	DefineCustomBoolVariable("slidewin.deny_cache",
 							 gettext_noop("Answer a sliding_log key known to be denied until time T "
 										  "from backend memory until T."),
