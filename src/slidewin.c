@@ -20,6 +20,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "check.h"
 #include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
@@ -396,6 +397,7 @@ _PG_init(void)
 	stats_init();
 	fallback_init();
 	refund_init();
+	check_init();
 }
 
 /* ---------------------------------------------------------------------
