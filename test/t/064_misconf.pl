@@ -94,6 +94,17 @@ $redis->cli('script', 'flush');
 $out = check_at("redis://127.0.0.1:$port");
 like($out, qr/\|master\|\|t\|\(null\)\|t$/, 'after SCRIPT FLUSH, rl_check loads them again');
 
+# For doc/installing.md and doc/api.md: rl_check as psql shows it.
+sub show_check
+{
+	my ($extra) = @_;
+	my ($ret, $o, $e) = $node->psql('postgres',
+		"$extra\n\\x on\nSELECT * FROM rl_check();", on_error_stop => 1);
+	note "rl_check $extra:\n$o";
+}
+show_check('');
+show_check("SET slidewin.redis_password_file = '$group_file';");
+
 # ---- each configuration error: rl_check, the call's policy, one WARNING ---
 
 my @cases = (
