@@ -210,6 +210,27 @@ like($out, qr/^localhost:\d+\|t\|t\|7\.[\d.]+\|master\|t\|[tf]\|\(null\)\|t$/, '
 $out = check_at('rediss://127.0.0.1:' . $tls->port, "SET slidewin.redis_tls_verify = 'none';");
 like($out, qr/^127\.0\.0\.1:\d+\|t\|t\|7\.[\d.]+\|master\|f\|/, 'TLS without verification: tls_verified false');
 
+# ---- every wait is bounded and interruptible --------------------------------
+
+my $frozen = SlidewinTest::start_redis();
+$frozen->freeze;
+my $url_frozen = 'redis://127.0.0.1:' . $frozen->port;
+my $t0 = time;
+($o, $e) = run_sql("SET slidewin.redis_url = '$url_frozen'; SET slidewin.connect_timeout = 200;"
+	  . "SET slidewin.command_timeout = 300; SELECT reachable, last_error FROM rl_check()");
+my $dt = time - $t0;
+like($o, qr/^t\|.*timed out/, 'a frozen server: reachable, and the command timed out');
+cmp_ok($dt, '<', 2, sprintf('bounded by the timeouts: %.2f s', $dt));
+$t0 = time;
+($o, $e) = run_sql("SET slidewin.redis_url = '$url_frozen'; SET slidewin.connect_timeout = 30000;"
+	  . "SET slidewin.command_timeout = 30000; SET statement_timeout = 300; SELECT * FROM rl_check()");
+$dt = time - $t0;
+like($e, qr/ERROR:\s+57014: canceling statement due to statement timeout/, 'statement_timeout ends rl_check');
+cmp_ok($dt, '<', 3, sprintf('at once: %.2f s', $dt));
+$frozen->thaw;
+$out = check_at("redis://127.0.0.1:$port");
+like($out, qr/\|master\|\|t\|\(null\)\|t$/, 'and the next rl_check works');
+
 # ---- secrets and privileges ------------------------------------------------
 
 $out = check_at("redis://someone:right\@127.0.0.1:$port/2");
