@@ -78,6 +78,10 @@ SELECT count(*) >= 0 AS keys_answer FROM rl_top_keys;
 SELECT has_function_privilege('public', 'rl_stats_reset()', 'EXECUTE') AS public_may_reset,
        has_table_privilege('public', 'rl_stats', 'SELECT') AS public_may_read;
 
+-- 1.5's rl_check arrives with the update, and is not PUBLIC's.
+SELECT has_function_privilege('public', 'rl_check()', 'EXECUTE') AS public_may_check,
+       pg_get_function_result('rl_check()'::regprocedure) AS check_returns;
+
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any
 -- function is a function call.
@@ -116,3 +120,38 @@ SELECT pg_describe_object(classid, objid, objsubid) AS only_in_fresh_install
 EXCEPT
 SELECT object FROM updated_objects;
 SELECT count(*) AS objects_compared FROM updated_objects;
+
+-- The update reaches the current version from every earlier one, each time
+-- with exactly the objects of a fresh install (the one just made).
+CREATE TEMP TABLE fresh_objects AS
+  SELECT pg_describe_object(classid, objid, objsubid) AS object
+    FROM pg_depend
+   WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+     AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'slidewin');
+CREATE FUNCTION pg_temp.update_from(v text)
+RETURNS TABLE (from_version text, updated_to text, only_after_update bigint,
+               only_in_fresh_install bigint, public_may_check boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+  DROP EXTENSION slidewin;
+  EXECUTE format('CREATE EXTENSION slidewin VERSION %L', v);
+  ALTER EXTENSION slidewin UPDATE;
+  CREATE TEMP TABLE updated AS
+    SELECT pg_describe_object(classid, objid, objsubid) AS object
+      FROM pg_depend
+     WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+       AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'slidewin');
+  RETURN QUERY
+    SELECT v,
+           (SELECT extversion FROM pg_extension WHERE extname = 'slidewin')::text,
+           (SELECT count(*) FROM (SELECT object FROM updated EXCEPT SELECT object FROM fresh_objects) a),
+           (SELECT count(*) FROM (SELECT object FROM fresh_objects EXCEPT SELECT object FROM updated) b),
+           has_function_privilege('public', 'rl_check()', 'EXECUTE');
+  DROP TABLE updated;
+END $$;
+SET client_min_messages = warning;
+SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4']) AS v,
+       LATERAL pg_temp.update_from(v) AS u;
+RESET client_min_messages;
+SELECT count(*) AS versions_shipped
+  FROM pg_available_extension_versions WHERE name = 'slidewin';

@@ -21,6 +21,7 @@
 
 #include "deny_cache.h"
 #include "fallback.h"
+#include "misconf.h"
 #include "policy.h"
 #include "stats.h"
 
@@ -77,6 +78,7 @@ static char last_failure[256];
 bool
 policy_redis_may_be_tried(RedisResult *r)
 {
+	r->cause = RC_NONE;
 	/* Under Redis Cluster each node has its breaker (redis_cluster.c). */
 	if (redis_target_is_cluster())
 		return true;
@@ -97,6 +99,7 @@ policy_redis_may_be_tried(RedisResult *r)
 void
 policy_redis_failed(const RedisResult *r)
 {
+	misconf_warn(r);
 	stats_redis_failed(r->status);
 	/* Under Cluster the breakers are per node (redis_cluster.c). */
 	if (!redis_target_is_cluster() && slidewin_redis_retry_interval > 0)

@@ -46,6 +46,7 @@
 #include "redis_link.h"
 #include "redis_tls.h"
 #include "reply_cap.h"
+#include "reply_check.h"
 #include "stats.h"
 
 int			slidewin_connect_timeout = 200;
@@ -65,6 +66,10 @@ typedef struct RedisConn
 	int			pipelined;		/* replies owed to redis_pipeline_append */
 	bool		was_open;		/* a connection was open here before */
 	char		peer[300];		/* the server being opened or open, for messages */
+	/* what the last opening learnt, for rl_check (redis_link_state) */
+	bool		reached;		/* the socket connected */
+	char		version[64];	/* HELLO's version and role, "" until known */
+	char		role[16];
 } RedisConn;
 
 /*
@@ -72,7 +77,7 @@ typedef struct RedisConn
  * per node under Redis Cluster. `cur` is the one the functions below act
  * on; redis_route.c selects it.
  */
-static RedisConn links[REDIS_MAX_LINKS];
+static RedisConn links[REDIS_MAX_LINKS + 1];	/* + REDIS_PROBE_LINK */
 static RedisConn *cur = &links[0];
 static uint64 connections_opened = 0;
 
@@ -140,7 +145,7 @@ redis_link_drop(void)
 void
 redis_disconnect(void)
 {
-	for (int i = 0; i < REDIS_MAX_LINKS; i++)
+	for (int i = 0; i <= REDIS_PROBE_LINK; i++)
 	{
 		cur = &links[i];
 		redis_link_drop();
@@ -151,8 +156,23 @@ redis_disconnect(void)
 void
 redis_link_select(int i)
 {
-	Assert(i >= 0 && i < REDIS_MAX_LINKS);
+	Assert(i >= 0 && i <= REDIS_PROBE_LINK);
 	cur = &links[i];
+}
+
+int
+redis_link_current(void)
+{
+	return (int) (cur - links);
+}
+
+void
+redis_link_state(RedisLinkState *state)
+{
+	state->reached = cur->reached;
+	state->tls = cur->ssl != NULL;
+	state->version = cur->version;
+	state->role = cur->role;
 }
 
 void
@@ -321,6 +341,7 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 		redis_link_message(result, RS_FAIL_IO, "replies to pipelined commands are still owed", NULL);
 		return RS_FAIL_IO;
 	}
+	result->cause = RC_NONE;
 	cur->mid_exchange = true;
 	sent_at = mono_us();
 	if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK)
@@ -405,6 +426,17 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 	result->reply = (redisReply *) reply;
 	if (result->reply->type == REDIS_REPLY_ERROR)
 	{
+		switch (reply_config_error(result->reply->str))
+		{
+			case REPLY_CONFIG_AUTH:
+				result->cause = RC_AUTH;
+				break;
+			case REPLY_CONFIG_ACL:
+				result->cause = RC_ACL;
+				break;
+			case REPLY_CONFIG_NONE:
+				break;
+		}
 		redis_link_message(result, RS_FAIL_REPLY, NULL, result->reply->str);
 		return RS_FAIL_REPLY;
 	}
@@ -472,6 +504,7 @@ password_from_file(const char *host, int port, char *out, size_t outsize,
 		snprintf(why, sizeof(why), "%s: %s", path, strerror(errno));
 		redis_link_message(result, RS_FAIL_CONNECT,
 					"could not read slidewin.redis_password_file", why);
+		result->cause = RC_PASSWORD_FILE;
 		return -1;
 	}
 	if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) ||
@@ -484,6 +517,7 @@ password_from_file(const char *host, int port, char *out, size_t outsize,
 				 path);
 		redis_link_message(result, RS_FAIL_CONNECT,
 					"refused slidewin.redis_password_file", why);
+		result->cause = RC_PASSWORD_FILE;
 		FreeFile(f);
 		return -1;
 	}
@@ -708,7 +742,12 @@ redis_link_open_socket(const char *addr, int port, const char *name, TimestampTz
 	socklen_t	len = sizeof(soerr);
 	const char *why = NULL;
 	char		tlserr[512];
+	RedisCause	cause = RC_NONE;
 
+	result->cause = RC_NONE;
+	cur->reached = false;
+	cur->version[0] = '\0';
+	cur->role[0] = '\0';
 	cur->ctx = port == 0 ? redisConnectUnixNonBlock(addr) : redisConnectNonBlock(addr, port);
 	if (cur->ctx == NULL || cur->ctx->err)
 	{
@@ -742,24 +781,37 @@ redis_link_open_socket(const char *addr, int port, const char *name, TimestampTz
 		why = "The connection attempt timed out (slidewin.connect_timeout).";
 	else if (getsockopt(cur->ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
 		why = strerror(soerr ? soerr : errno);
-	else if (redis_target.tls && !tls_start(name, deadline, tlserr, sizeof(tlserr)))
-		why = tlserr;
+	else
+	{
+		cur->reached = true;
+		if (redis_target.tls && !tls_start(name, deadline, tlserr, sizeof(tlserr)))
+		{
+			why = tlserr;
+			/* no session: the context (CA bundle, client pair) is unusable */
+			if (cur->ssl == NULL || tls_verify_refused(cur->ssl))
+				cause = RC_TLS;
+		}
+	}
 	if (why == NULL)
 		return true;
 	redis_link_message(result, RS_FAIL_CONNECT, "could not connect to Redis", why);
+	result->cause = cause;
 
 fail:
+	if (result->cause != RC_TLS)
+		result->cause = RC_NONE;
 	redis_link_close();
 	return false;
 }
 
 /*
  * Ask the server who it is (HELLO 2, which also keeps the RESP2 replies the
- * scripts are read in) and refuse one older than slidewin supports, with a
- * message that names its version. A server without HELLO predates 6.0.
+ * scripts are read in) and, when `enforce`, refuse one older than slidewin
+ * supports, with a message that names its version. A server without HELLO
+ * predates 6.0. Its version and role are kept for redis_link_state.
  */
 static bool
-check_version(RedisResult *result)
+hello(RedisResult *result, bool enforce)
 {
 	const char *argv[2] = {"HELLO", "2"};
 	size_t		lens[2] = {5, 1};
@@ -779,8 +831,11 @@ check_version(RedisResult *result)
 		strncmp(r->str, "ERR unknown command", 19) == 0)
 	{
 		freeReplyObject(r);
+		if (!enforce)
+			return true;
 		redis_link_message(result, RS_FAIL_VERSION, "the Redis server is too old for slidewin",
 					"It does not know HELLO, so it is older than Redis 6.0; slidewin needs Redis 6.2 or later.");
+		result->cause = RC_VERSION;
 		return false;
 	}
 	if (st != RS_OK)
@@ -796,11 +851,16 @@ check_version(RedisResult *result)
 	}
 	if (!redis_hello_version(r, &major, &minor, found, sizeof(found)))
 		major = -1;
+	strlcpy(cur->version, found, sizeof(cur->version));
+	(void) redis_hello_field(r, "role", cur->role, sizeof(cur->role));
 	freeReplyObject(r);
+	if (!enforce)
+		return true;
 	if (major < 0)
 	{
 		redis_link_message(result, RS_FAIL_VERSION, "the Redis server did not say which version it is",
 					"Its answer to HELLO has no readable version; slidewin needs Redis 6.2 or later.");
+		result->cause = RC_VERSION;
 		return false;
 	}
 	if (major < REDIS_MIN_MAJOR || (major == REDIS_MIN_MAJOR && minor < REDIS_MIN_MINOR))
@@ -810,9 +870,16 @@ check_version(RedisResult *result)
 		snprintf(why, sizeof(why),
 				 "It is version %s; slidewin needs Redis 6.2 or later.", found);
 		redis_link_message(result, RS_FAIL_VERSION, "the Redis server is too old for slidewin", why);
+		result->cause = RC_VERSION;
 		return false;
 	}
 	return true;
+}
+
+bool
+redis_link_hello(RedisResult *result)
+{
+	return hello(result, false);
 }
 
 /*
@@ -882,7 +949,7 @@ redis_link_log_in(const char *host, int port, RedisResult *result)
 		sel[1] = dbbuf;
 		ok = redis_link_setup_command(2, sel, result);
 	}
-	return ok && check_version(result);
+	return ok && hello(result, true);
 }
 
 /*

@@ -30,9 +30,27 @@ typedef enum RedisStatus
 	RS_FAIL_VERSION			/* the server is too old for slidewin */
 } RedisStatus;
 
+/*
+ * Why a server could not be used, when the reason is its configuration or
+ * slidewin's rather than an outage: set where the failure is seen (the
+ * transport does not decide what it means; misconf.c warns about it).
+ */
+typedef enum RedisCause
+{
+	RC_NONE = 0,				/* an outage or a fault, not the configuration */
+	RC_AUTH,					/* WRONGPASS, NOAUTH, invalid password */
+	RC_ACL,						/* NOPERM: the user may not run a command */
+	RC_TLS,						/* the certificate was refused, or the TLS
+								 * settings' files cannot be used */
+	RC_PASSWORD_FILE,			/* slidewin.redis_password_file unusable */
+	RC_VERSION,					/* the server is older than 6.2 */
+	RC_COUNT
+} RedisCause;
+
 typedef struct RedisResult
 {
 	RedisStatus status;
+	RedisCause	cause;			/* when the status is a failure */
 	redisReply *reply;			/* when RS_OK or RS_FAIL_REPLY; caller frees */
 	char		message[256];	/* human-readable cause, for errdetail */
 } RedisResult;

@@ -20,8 +20,26 @@ extern bool redis_target_set;
 /* Links a backend may hold: one per cluster node at most. */
 #define REDIS_MAX_LINKS REDIS_MAX_LINK_COUNT
 
+/*
+ * One more link, beside those: rl_check's, which opens a connection of its
+ * own to each server it checks, leaving the backend's as they are.
+ */
+#define REDIS_PROBE_LINK REDIS_MAX_LINKS
+
 /* Which link the functions below act on (0: the only one outside Cluster). */
 extern void redis_link_select(int i);
+extern int	redis_link_current(void);
+
+/* What the last opening of the current link learnt (for rl_check). */
+typedef struct RedisLinkState
+{
+	bool		reached;		/* the socket connected (TLS aside) */
+	bool		tls;			/* a TLS session is open */
+	const char *version;		/* HELLO's version, "" when not known */
+	const char *role;			/* HELLO's role, "" when not known */
+} RedisLinkState;
+
+extern void redis_link_state(RedisLinkState *state);
 extern bool redis_link_is_open(void);
 /* The file descriptor budget: one slot for the backend's connection. */
 extern bool redis_link_reserve_fd(RedisResult *result);
@@ -43,6 +61,8 @@ extern bool redis_link_open_socket(const char *addr, int port, const char *name,
 								   TimestampTz deadline, RedisResult *result);
 /* AUTH (URL or password file), SELECT, and the HELLO version check. */
 extern bool redis_link_log_in(const char *host, int port, RedisResult *result);
+/* HELLO 2 alone, any version accepted (a sentinel's). */
+extern bool redis_link_hello(RedisResult *result);
 
 /* One command and its reply; on anything but a reply, close the link. */
 extern RedisStatus redis_link_exchange(int argc, const char **argv,

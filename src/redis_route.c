@@ -246,6 +246,7 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 	RedisStatus st;
 
 	result->status = RS_OK;
+	result->cause = RC_NONE;
 	result->reply = NULL;
 	result->message[0] = '\0';
 

@@ -345,6 +345,12 @@ tls_write(SSL *ssl, const void *buf, size_t len, int *wait, char *err, size_t er
 }
 
 bool
+tls_verify_refused(SSL *ssl)
+{
+	return SSL_get_verify_result(ssl) != X509_V_OK;
+}
+
+bool
 tls_pending(SSL *ssl)
 {
 	return SSL_has_pending(ssl) == 1;

@@ -58,6 +58,9 @@ extern ssize_t tls_read(SSL *ssl, void *buf, size_t len, int *wait,
 extern ssize_t tls_write(SSL *ssl, const void *buf, size_t len, int *wait,
 						 char *err, size_t errsize);
 
+/* After a failed handshake: the server's certificate was refused. */
+extern bool tls_verify_refused(SSL *ssl);
+
 /* Decrypted bytes OpenSSL holds that the socket will not announce. */
 extern bool tls_pending(SSL *ssl);
 

@@ -619,6 +619,30 @@ redis_hello_version(const redisReply *r, int *major, int *minor,
 }
 
 bool
+redis_hello_field(const redisReply *r, const char *field, char *out, size_t size)
+{
+	size_t		flen = strlen(field);
+
+	if (size > 0)
+		out[0] = '\0';
+	if (r->type != REDIS_REPLY_ARRAY)
+		return false;
+	for (size_t i = 0; i + 1 < r->elements; i += 2)
+	{
+		const redisReply *k = r->element[i];
+		const redisReply *v = r->element[i + 1];
+
+		if (k->type == REDIS_REPLY_STRING && k->len == flen &&
+			memcmp(k->str, field, flen) == 0 && v->type == REDIS_REPLY_STRING)
+		{
+			snprintf(out, size, "%.*s", (int) (v->len < size ? v->len : size), v->str);
+			return true;
+		}
+	}
+	return false;
+}
+
+bool
 redis_sentinel_master_reply(const redisReply *r, RedisHostPort *out, const char **why)
 {
 	if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0))

@@ -106,6 +106,13 @@ struct redisReply;
 extern bool redis_hello_version(const struct redisReply *reply, int *major, int *minor,
 								char *found, size_t foundsize);
 
+/*
+ * The value of a bulk-string field of a HELLO 2 reply ("role", "mode"), at
+ * most size - 1 bytes of it, in out; "" and false when there is none.
+ */
+extern bool redis_hello_field(const struct redisReply *reply, const char *field,
+							  char *out, size_t size);
+
 /* Digits only, at most nine of them, within [lo, hi]: a port, a slot, a db. */
 extern bool redis_parse_int_range(const char *s, size_t len, int lo, int hi, int *out);
 

@@ -43,6 +43,23 @@ reply_is_transient(const char *msg)
 	return false;
 }
 
+ReplyConfigError
+reply_config_error(const char *msg)
+{
+	static const char *const auth_errors[] = {
+		"WRONGPASS ", "NOAUTH ", "ERR invalid password",
+		"ERR AUTH <password> called without any password configured",
+		"ERR Client sent AUTH, but no password is set", NULL
+	};
+
+	for (int i = 0; auth_errors[i]; i++)
+		if (strncmp(msg, auth_errors[i], strlen(auth_errors[i])) == 0)
+			return REPLY_CONFIG_AUTH;
+	if (strncmp(msg, "NOPERM ", 7) == 0)
+		return REPLY_CONFIG_ACL;
+	return REPLY_CONFIG_NONE;
+}
+
 static const char *const reply_type_names[] = {
 	[REDIS_REPLY_STRING] = "a bulk string",
 	[REDIS_REPLY_ARRAY] = "an array",

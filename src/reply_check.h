@@ -60,6 +60,19 @@ extern bool reply_check_del(const redisReply *reply, int most, char *why, size_t
 /* An error reply that means "not now": the store is busy or degraded. */
 extern bool reply_is_transient(const char *msg);
 
+/*
+ * An error reply that means "not with this configuration": the credentials
+ * (WRONGPASS, NOAUTH, invalid password) or the ACL (NOPERM).
+ */
+typedef enum ReplyConfigError
+{
+	REPLY_CONFIG_NONE,
+	REPLY_CONFIG_AUTH,
+	REPLY_CONFIG_ACL
+} ReplyConfigError;
+
+extern ReplyConfigError reply_config_error(const char *msg);
+
 /* What a refund's reply says, and why one was refused (for a warning). */
 typedef enum RefundVerdict
 {

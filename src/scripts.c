@@ -485,6 +485,18 @@ script_sha1(Script *s)
 	return s->sha1;
 }
 
+const char *
+script_sha1_hex(ScriptId id)
+{
+	return script_sha1(&scripts[id]);
+}
+
+const char *
+script_source(ScriptId id)
+{
+	return scripts[id].source;
+}
+
 void
 scripts_prepare(void)
 {

@@ -33,6 +33,11 @@ extern void script_run(ScriptId id, int nkeys, const char **keys, const size_t *
 /* Compute every script's SHA1 now, so that script_command never has to. */
 extern void scripts_prepare(void);
 
+/* A script's SHA1 in hex, as Redis names it (after scripts_prepare). */
+extern const char *script_sha1_hex(ScriptId id);
+/* A script's Lua source. */
+extern const char *script_source(ScriptId id);
+
 /*
  * Fill argv/lens (SCRIPT_MAX_ARGV entries) with EVALSHA, or EVAL when
  * `eval`, of script `id`; returns argc. The arrays point into keys, args

@@ -20,6 +20,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "check.h"
 #include "compat.h"
 #include "deny_cache.h"
 #include "enforce.h"
@@ -419,6 +420,7 @@ _PG_init(void)
 	stats_init();
 	fallback_init();
 	refund_init();
+	check_init();
 }
 
 /* ---------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
 
+#include "misconf.h"
 #include "scripts.h"
 #include "store_redis.h"
 
@@ -92,10 +93,13 @@ settle(RedisResult *r)
 		return true;
 	/* Not a passing state: a server that is too old stays too old. */
 	if (r->status == RS_FAIL_VERSION)
+	{
+		misconf_warn(r);
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("slidewin cannot use this Redis server"),
 				 errdetail_internal("%s", r->message)));
+	}
 	if (r->status == RS_FAIL_REPLY)
 	{
 		char	   *msg = pstrdup(r->reply->str);

@@ -56,6 +56,21 @@ my ($out, $err) = run_sql(q{SELECT (r).allowed, (r).store FROM rl_attempt('s:fir
 is($out, 't|redis', 'through the sentinels: answered by Redis');
 is($master->cli('exists', 'slidewin:log:s:first'), '1', 'the entry is on the master');
 
+# rl_check: a row per sentinel, then the master they name.
+($out, $err) = run_sql(q{SELECT target, reachable, authenticated, role, server_version IS NOT NULL,
+	coalesce(last_error, '') FROM rl_check()});
+my $mport = $master->port;
+is($out, join("\n", (map { "127.0.0.1:$_->{port}|t|t|sentinel|t|" } @sentinels),
+		"127.0.0.1:$mport|t|t|master|t|"),
+	'rl_check: each sentinel, then the master they name, all usable');
+note scalar $node->safe_psql('postgres',
+	'SELECT target, reachable, authenticated, role, last_error FROM rl_check()',
+	extra_params => [ '-P', 'format=aligned', '-P', 'tuples_only=off' ]);
+($out, $err) = run_sql(qq{SET slidewin.redis_url = 'redis-sentinel://127.0.0.1:1,$hosts/nosuchmaster';
+	SELECT target, reachable, role, last_error IS NOT NULL FROM rl_check()});
+is($out, join("\n", '127.0.0.1:1|f|sentinel|t', map { "127.0.0.1:$_->{port}|t|sentinel|t" } @sentinels),
+	'rl_check: a dead sentinel, and no master for a name the sentinels do not know');
+
 # The first sentinel of the list is dead.
 my $dead = SlidewinTest::free_port();
 ($out, $err) = run_sql(qq{SET slidewin.redis_url = 'redis-sentinel://127.0.0.1:$dead,$hosts/mymaster';

@@ -57,6 +57,16 @@ sub fnv
 }
 sub logkey { my ($k, $p) = @_; return ($p // 'slidewin:') . '{' . fnv($k) . "}log:$k" }
 
+# rl_check: a row per seed node of the URL, each usable.
+{
+	my ($o, $e) = run_sql(q{SELECT reachable, authenticated, role IN ('master', 'replica'),
+		last_error IS NULL FROM rl_check()});
+	my @seeds = $url =~ /(\d+\.\d+\.\d+\.\d+:\d+)/g;
+	is($o, join("\n", ('t|t|t|t') x scalar(@seeds)), 'rl_check: one usable row per seed node');
+	($o, $e) = run_sql(q{SELECT string_agg(target, ',') FROM rl_check()});
+	is($o, join(',', @seeds), 'rl_check: the seeds, in the order of the URL');
+}
+
 # ---------------------------------------------------------------------
 # URLs
 # ---------------------------------------------------------------------
