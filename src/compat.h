@@ -6,7 +6,9 @@
  *		place: each guard defines a name the rest of the code calls, so that
  *		no other file tests PG_VERSION_NUM or HIREDIS_MAJOR.
  *
- * Add a definition here when a new major changes an interface, with the
+ * Include it after postgres.h (the pure files, built without PostgreSQL,
+ * get only the hiredis part). Add a definition here when a new major
+ * changes an interface, with the
  * release that changed it; never scatter a guard through the .c files.
  *
  *-------------------------------------------------------------------------
@@ -14,9 +16,21 @@
 #ifndef SLIDEWIN_COMPAT_H
 #define SLIDEWIN_COMPAT_H
 
-#include "postgres.h"
-
 #include <hiredis/hiredis.h>
+
+/*
+ * hiredis's reply callbacks: createArray's element count is an int in
+ * 0.14, a size_t from 1.0. (The pure files, built without PostgreSQL for
+ * the fuzzers and unit tests, need only this part.)
+ */
+#if HIREDIS_MAJOR >= 1
+typedef size_t slidewin_redis_array_len;
+#else
+typedef int slidewin_redis_array_len;
+#endif
+
+/* The rest needs postgres.h, which a backend file includes first. */
+#ifdef PG_VERSION_NUM
 
 /*
  * A function that never returns. 18 replaced the suffix
@@ -86,14 +100,6 @@
 #define slidewin_guc_free(ptr) free(ptr)
 #endif
 
-/*
- * hiredis's reply callbacks: createArray's element count is an int in
- * 0.14, a size_t from 1.0.
- */
-#if HIREDIS_MAJOR >= 1
-typedef size_t slidewin_redis_array_len;
-#else
-typedef int slidewin_redis_array_len;
-#endif
+#endif							/* PG_VERSION_NUM */
 
 #endif							/* SLIDEWIN_COMPAT_H */

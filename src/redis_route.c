@@ -87,6 +87,25 @@ redis_target_is_cluster(void)
 char	   *slidewin_redis_sentinel_password = NULL;
 static int	sentinel_first = 0;
 
+/*
+ * Make a failure's message name the sentinel, at whatever stage it failed
+ * (connect, TLS, AUTH, the query): a connection already gone when the
+ * message was made (a TLS sentinel resetting plain text, for one) would
+ * leave it nameless.
+ */
+static void
+blame_sentinel(const RedisHostPort *s, RedisResult *result)
+{
+	char		where[300];
+	char		msg[sizeof(result->message)];
+
+	snprintf(where, sizeof(where), "the sentinel %s:%d", s->host, s->port);
+	if (strstr(result->message, where) != NULL)
+		return;
+	snprintf(msg, sizeof(msg), "at %s: %s", where, result->message);
+	strlcpy(result->message, msg, sizeof(result->message));
+}
+
 /* One sentinel's answer for the master's address; false with a cause. */
 static bool
 ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
@@ -100,7 +119,10 @@ ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
 	bool		ok;
 
 	if (!redis_link_open_server(s->host, s->port, "the sentinel ", deadline, result))
+	{
+		blame_sentinel(s, result);
 		return false;
+	}
 	if (slidewin_redis_sentinel_password && slidewin_redis_sentinel_password[0])
 	{
 		const char *auth[2] = {"AUTH", slidewin_redis_sentinel_password};
@@ -108,13 +130,17 @@ ask_sentinel(const RedisHostPort *s, RedisHostPort *master, RedisResult *result)
 		if (!redis_link_setup_command(2, auth, result))
 		{
 			redis_link_close();
+			blame_sentinel(s, result);
 			return false;
 		}
 	}
 	r = redis_link_command(3, argv, lens, "a sentinel could not say where the master is", result);
 	redis_link_close();
 	if (r == NULL)
+	{
+		blame_sentinel(s, result);
 		return false;
+	}
 	ok = redis_sentinel_master_reply(r, master, &why);
 	freeReplyObject(r);
 	if (!ok)
