@@ -70,6 +70,7 @@ packages=(
 	libclang-rt-dev
 	procps
 	util-linux
+	iproute2
 	prometheus-postgres-exporter
 	curl
 	gnuplot-nox

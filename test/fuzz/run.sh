@@ -97,7 +97,7 @@ if [[ -z $server_inc || ! -f $server_inc/utils/fmgroids.h ]]; then
 fi
 
 # shellcheck disable=SC2054 # the commas are clang's, not array separators
-cflags=(-g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter
+cflags=(-g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter -Wno-ignored-attributes
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
 	-I"$repo/src" -I"$server_inc")
 

@@ -253,6 +253,13 @@ sub make_ca
 	return "$dir/$name.crt";
 }
 
+# Whether this openssl's x509 takes -not_after (3.4 and later).
+sub _openssl_has_not_after
+{
+	my $help = `openssl x509 -help 2>&1`;
+	return $help =~ /-not_after/;
+}
+
 # make_leaf($dir, $name, $san, $days): a certificate for subjectAltName $san
 # (e.g. 'DNS:localhost,IP:127.0.0.1') signed by the CA in $dir/ca.*, valid
 # for $days days (negative: expired). Returns the certificate and key paths.
@@ -264,7 +271,19 @@ sub make_leaf
 	open my $fh, '>', "$dir/$name.ext" or croak $!;
 	print $fh "subjectAltName=$san\n";
 	close $fh;
-	_openssl(qw(x509 -req -CAcreateserial), '-days', $days,
+	my @validity = ('-days', $days);
+	if ($days < 0 && _openssl_has_not_after())
+	{
+		# OpenSSL 3.4 and later refuse a negative -days ("end date before
+		# start date"); they take the dates themselves instead.
+		my $stamp = sub {
+			my @t = gmtime(time + $_[0] * 86400);
+			return sprintf('%04d%02d%02d%02d%02d%02dZ',
+				$t[5] + 1900, $t[4] + 1, @t[3, 2, 1, 0]);
+		};
+		@validity = ('-not_before', $stamp->($days - 1), '-not_after', $stamp->($days));
+	}
+	_openssl(qw(x509 -req -CAcreateserial), @validity,
 		'-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
 		'-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
 	chmod 0600, "$dir/$name.key";

@@ -19,12 +19,12 @@ like($redis->cli('debug', 'sleep', '0'), qr/^OK$/, 'DEBUG is enabled');
 my $info = $redis->cli('info', 'server');
 if ($SlidewinTest::server_bin =~ /valkey/)
 {
-	like($info, qr/^valkey_version:8\./m, 'the server under test is Valkey 8');
+	like($info, qr/^valkey_version:([8-9]|[1-9][0-9])\./m, 'the server under test is Valkey 8 or later');
 }
 else
 {
 	unlike($info, qr/^valkey_version:/m, 'the server under test is not Valkey');
-	like($info, qr/^redis_version:(6\.2|7)\./m, 'the server under test is Redis 6.2 or 7');
+	like($info, qr/^redis_version:(6\.2|[7-9]|[1-9][0-9])\./m, 'the server under test is Redis 6.2 or later');
 }
 
 my $node = SlidewinTest::new_node('main', $redis);

@@ -144,7 +144,10 @@ my @cases = (
 	[ 'an array of 100 million', "*100000000\r\n",
 		qr/oversized reply from Redis at .*: it announces more than 262144 array elements/ ],
 	[ 'a negative bulk length', "*7\r\n\$-5\r\n", qr/malformed reply from Redis.*Bulk string length out of range/ ],
-	[ 'nesting too deep', ("*1\r\n" x 9) . ":1\r\n", qr/malformed reply from Redis.*nested multi bulk replies with depth > 7/ ],
+	# hiredis 0.14 refuses more than 7 levels itself; 1.x reads them, and the
+	# reply's shape check refuses what it read.
+	[ 'nesting too deep', ("*1\r\n" x 9) . ":1\r\n",
+	  qr/malformed reply from Redis.*nested multi bulk replies with depth > 7|The sliding_log attempt reply has 1 elements, not 7\./ ],
 	[ 'nested arrays as fields', "*7\r\n" . ("*1\r\n:1\r\n" x 7), qr/Field "allowed" of the sliding_log attempt reply is an array, not an integer\./ ],
 	[ 'an HTTP answer', "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
 		qr/malformed reply from Redis.*Protocol error, got "H" as reply type byte/ ],
