@@ -35,6 +35,8 @@ RESET slidewin.redis_url;
 SET slidewin.redis_url = 'redis://:s3cret@127.0.0.1:99999';
 -- the password file setting is for superusers only, and hidden from others
 SET ROLE regress_pw_role;
+-- (expected/password_1.out: PostgreSQL 16 reworded this refusal, "permission
+-- denied to examine", with a DETAIL)
 SHOW slidewin.redis_password_file;
 SET slidewin.redis_password_file = '/nonexistent/redis.pass';
 SELECT name FROM pg_settings WHERE name LIKE 'slidewin.redis_%' ORDER BY 1;

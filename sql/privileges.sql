@@ -6,6 +6,8 @@ SET slidewin.key_prefix = 'regress:priv:';
 SELECT rl_reset('p');
 
 SET ROLE regress_slidewin_user;
+-- (expected/privileges_1.out: PostgreSQL 16 reworded these refusals,
+-- "permission denied to examine", with a DETAIL)
 SHOW slidewin.redis_url;
 SHOW slidewin.key_prefix;
 SELECT current_setting('slidewin.redis_url');

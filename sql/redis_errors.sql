@@ -39,6 +39,7 @@ SET slidewin.redis_url = 'unix://:pw@/var/run/redis.sock?db=1';
 RESET slidewin.redis_url;
 
 -- timeouts have bounds
+-- (expected/redis_errors_1.out: PostgreSQL 16 prints the range's units)
 SET slidewin.command_timeout = 0;
 SET slidewin.connect_timeout = '2min';
 SHOW slidewin.command_timeout;

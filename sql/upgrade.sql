@@ -119,7 +119,13 @@ SELECT pg_describe_object(classid, objid, objsubid) AS only_in_fresh_install
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'slidewin')
 EXCEPT
 SELECT object FROM updated_objects;
-SELECT count(*) AS objects_compared FROM updated_objects;
+-- PostgreSQL 17 also records the row types of the extension's tables and
+-- views, and every array type, as members of the extension: the count
+-- leaves them out, so that it is the same on every major.
+SELECT count(*) AS objects_compared FROM updated_objects
+ WHERE object !~ '^type .*\[\]$'
+   AND object NOT IN (SELECT 'type ' || c.relname FROM pg_class c
+                       WHERE c.relkind IN ('r', 'v') AND c.relname LIKE 'rl\_%');
 
 -- The update reaches the current version from every earlier one, each time
 -- with exactly the objects of a fresh install (the one just made).
