@@ -126,7 +126,7 @@ is(sql(q{SELECT count(*) FROM rl_fallback_log WHERE key = 'slidewin:cr:fb'}), '5
 # The crash
 # =====================================================================
 SlidewinTest::allow_log_line($node,
-	"server process (PID $vpid) was terminated by signal 9: Killed");
+	"(PID $vpid) was terminated by signal 9: Killed");
 my $log_offset = -s $node->logfile;
 note("kill -9 of backend $vpid");
 kill 'KILL', $vpid;
@@ -136,7 +136,8 @@ eval { $v->quit };
 eval { $r->quit };
 
 my $log = slurp_file($node->logfile, $log_offset);
-like($log, qr/server process \(PID $vpid\) was terminated by signal 9: Killed/,
+# "server process" up to PostgreSQL 17, the backend's type ("client backend") from 18
+like($log, qr/(?:server process|client backend) \(PID $vpid\) was terminated by signal 9: Killed/,
 	'the postmaster saw the kill');
 unlike($log, qr/PANIC/, 'no PANIC');
 my $after_crash = -s $node->logfile;

@@ -146,7 +146,7 @@ isnt(sql('SELECT calls FROM rl_stats'), '0', 'counts before the crash');
 my $bg = $node->background_psql('postgres');
 my $pid = $bg->query_safe('SELECT pg_backend_pid()');
 SlidewinTest::allow_log_line($node,
-	"server process (PID $pid) was terminated by signal 9: Killed");
+	"(PID $pid) was terminated by signal 9: Killed");
 my $offset = -s $node->logfile;
 kill 'KILL', $pid;
 $node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
