@@ -29,12 +29,13 @@ static bool reply_too_many_elements;
 static void *
 capped_create_array(const redisReadTask *task, slidewin_redis_array_len elements)
 {
-	if (elements > reply_elements_left)
+	/* never negative: hiredis makes a nil, not an array, of *-1 */
+	if ((long long) elements > reply_elements_left)
 	{
 		reply_too_many_elements = true;
 		return NULL;
 	}
-	reply_elements_left -= elements;
+	reply_elements_left -= (int) elements;
 	return hiredis_reply_fns->createArray(task, elements);
 }
 

@@ -98,7 +98,7 @@ setup() {
 		touch "$root/.slidewin-base"
 	fi
 	if [[ ! -e $root/.slidewin-ready ]]; then
-		echo "  installing the suite's packages (test/deps.sh in the chroot)"
+		echo "  installing make (and, for experimental, its newest PostgreSQL)"
 		local pre='export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends make'
 		if [[ $suite == experimental ]]; then
 			# the newest major experimental has, asked of apt
@@ -106,13 +106,15 @@ setup() {
 			pre+=' && apt-get install -y -q --no-install-recommends -t experimental postgresql-$m postgresql-server-dev-$m'
 		fi
 		run_in "$root" "$pre" >>"$log" 2>&1 || return 1
-		rm -rf "$root/slidewin"
-		mkdir -p "$root/slidewin"
-		tar -C "$repo" --exclude=./.git -cf - . | tar -C "$root/slidewin" -xf - || return 1
-		run_in "$root" 'cd /slidewin && bash test/deps.sh' \
-			>>"$log" 2>&1 || return 1
 		touch "$root/.slidewin-ready"
 	fi
+	# A fresh copy of the checkout each run (without build products), and
+	# whatever its test/deps.sh adds (quick when all is there).
+	rm -rf "$root/slidewin"
+	mkdir -p "$root/slidewin"
+	tar -C "$repo" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+		--exclude=./test/fuzz/build -cf - . | tar -C "$root/slidewin" -xf - || return 1
+	run_in "$root" 'cd /slidewin && bash test/deps.sh' >>"$log" 2>&1 || return 1
 	return 0
 }
 
@@ -135,12 +137,6 @@ for suite in "${suites[@]}"; do
 		[[ $suite == trixie ]] && counted[$suite]=1 && total_failed=$((total_failed + 1))
 		continue
 	fi
-	# A fresh copy of the checkout each run (build products included only
-	# from the chroot's own build).
-	rm -rf "$root/slidewin"
-	mkdir -p "$root/slidewin"
-	tar -C "$repo" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
-		--exclude=./test/fuzz/build -cf - . | tar -C "$root/slidewin" -xf -
 	pgc='$(ls -d /usr/lib/postgresql/*/bin/pg_config | sort -V | tail -n 1)'
 	if [[ $suite == experimental ]]; then
 		only=$(cd "$repo/sql" && ls -- *.sql | grep -v '^slidewin--' | sed 's/\.sql$//' | paste -sd'|')
