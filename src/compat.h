@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * compat.h
- *		Every difference between the PostgreSQL majors (15 to 18) and the
+ *		Every difference between the PostgreSQL majors (15 to 19) and the
  *		hiredis majors (0.14 and 1.x) that slidewin builds against, in one
  *		place: each guard defines a name the rest of the code calls, so that
  *		no other file tests PG_VERSION_NUM or HIREDIS_MAJOR.
@@ -57,10 +57,15 @@ typedef int slidewin_redis_array_len;
 
 /*
  * heap_update with no crosscheck snapshot. 16 added an out argument saying
- * which indexes need new entries; the callers here decide that from
- * HeapTupleIsHeapOnly, which every major still sets.
+ * which indexes need new entries (the callers here decide that from
+ * HeapTupleIsHeapOnly, which every major still sets); 19 added an options
+ * word before the crosscheck snapshot (0: none).
  */
-#if PG_VERSION_NUM >= 160000
+#if PG_VERSION_NUM >= 190000
+#define slidewin_heap_update(rel, otid, tup, cid, wait, tmfd, lockmode) \
+	heap_update((rel), (otid), (tup), (cid), 0, InvalidSnapshot, (wait), (tmfd), (lockmode), \
+				&(TU_UpdateIndexes) {TU_None})
+#elif PG_VERSION_NUM >= 160000
 #define slidewin_heap_update(rel, otid, tup, cid, wait, tmfd, lockmode) \
 	heap_update((rel), (otid), (tup), (cid), InvalidSnapshot, (wait), (tmfd), (lockmode), \
 				&(TU_UpdateIndexes) {TU_None})
@@ -69,13 +74,43 @@ typedef int slidewin_redis_array_len;
 	heap_update((rel), (otid), (tup), (cid), InvalidSnapshot, (wait), (tmfd), (lockmode))
 #endif
 
-/* index_beginscan: 18 added the instrumentation argument (NULL: none). */
-#if PG_VERSION_NUM >= 180000
+/*
+ * heap_delete with no crosscheck snapshot, not moving a partition's row.
+ * 19 replaced the trailing changingPart flag by an options word.
+ */
+#if PG_VERSION_NUM >= 190000
+#define slidewin_heap_delete(rel, tid, cid, wait, tmfd) \
+	heap_delete((rel), (tid), (cid), 0, InvalidSnapshot, (wait), (tmfd))
+#else
+#define slidewin_heap_delete(rel, tid, cid, wait, tmfd) \
+	heap_delete((rel), (tid), (cid), InvalidSnapshot, (wait), (tmfd), false)
+#endif
+
+/*
+ * index_beginscan: 18 added the instrumentation argument (NULL: none), 19
+ * a flags word (0: none).
+ */
+#if PG_VERSION_NUM >= 190000
+#define slidewin_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys), 0)
+#elif PG_VERSION_NUM >= 180000
 #define slidewin_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
 #else
 #define slidewin_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
+/*
+ * A shared hash table of a fixed size. 19 takes one size where earlier
+ * majors took the initial and the largest.
+ */
+#if PG_VERSION_NUM >= 190000
+#define slidewin_shmem_init_hash(name, nelems, info, flags) \
+	ShmemInitHash((name), (nelems), (info), (flags))
+#else
+#define slidewin_shmem_init_hash(name, nelems, info, flags) \
+	ShmemInitHash((name), (nelems), (nelems), (info), (flags))
 #endif
 
 /*

@@ -475,8 +475,7 @@ try_delete(FbScan *s, ItemPointer tid)
 {
 	TM_FailureData tmfd;
 
-	return heap_delete(s->rel, tid, GetCurrentCommandId(true), InvalidSnapshot,
-					   false, &tmfd, false) == TM_Ok;
+	return slidewin_heap_delete(s->rel, tid, GetCurrentCommandId(true), false, &tmfd) == TM_Ok;
 }
 
 /* Delete every row of the key. The caller holds the key's lock. */
@@ -1121,8 +1120,8 @@ delete_pending_heads(void)
 				pending_heads[i].cutoff;
 			ReleaseBuffer(buf);
 			if (expired)
-				(void) heap_delete(rel, &pending_heads[i].tid, GetCurrentCommandId(true),
-								   InvalidSnapshot, false, &tmfd, false);
+				(void) slidewin_heap_delete(rel, &pending_heads[i].tid, GetCurrentCommandId(true),
+										   false, &tmfd);
 		}
 	}
 	table_close(rel, RowExclusiveLock);

@@ -54,6 +54,7 @@
 
 #include <math.h>
 
+#include "access/htup_details.h"
 #include "access/twophase.h"
 #include "catalog/pg_authid.h"
 #include "common/hashfn.h"
@@ -71,6 +72,7 @@
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "compat.h"
 #include "stats.h"
@@ -306,13 +308,13 @@ stats_shmem_startup(void)
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(RuleKey);
 	info.entrysize = sizeof(RuleHashEntry);
-	rule_hash = ShmemInitHash("slidewin stats rules", Max(slidewin_stats_max_rules, 1),
-							  Max(slidewin_stats_max_rules, 1), &info, HASH_ELEM | HASH_BLOBS);
+	rule_hash = slidewin_shmem_init_hash("slidewin stats rules", Max(slidewin_stats_max_rules, 1),
+										 &info, HASH_ELEM | HASH_BLOBS);
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(uint64);
 	info.entrysize = sizeof(KeyHashEntry);
-	key_hash = ShmemInitHash("slidewin stats keys", Max(slidewin_track_keys, 1),
-							 Max(slidewin_track_keys, 1), &info, HASH_ELEM | HASH_BLOBS);
+	key_hash = slidewin_shmem_init_hash("slidewin stats keys", Max(slidewin_track_keys, 1),
+										&info, HASH_ELEM | HASH_BLOBS);
 	LWLockRelease(AddinShmemInitLock);
 }
 

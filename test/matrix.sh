@@ -103,7 +103,10 @@ setup() {
 		if [[ $suite == experimental ]]; then
 			# the newest major experimental has, asked of apt
 			pre+='; m=$(apt-cache search --names-only "^postgresql-server-dev-[0-9]+$" | sed "s/^postgresql-server-dev-\([0-9]*\) .*/\1/" | sort -n | tail -n 1)'
-			pre+=' && apt-get install -y -q --no-install-recommends -t experimental postgresql-$m postgresql-server-dev-$m'
+			# Only PostgreSQL's own packages from experimental, the rest from
+			# sid: -t experimental would pull experimental's perl as well, which
+			# a sid in mid-transition cannot install.
+			pre+=' && apt-get install -y -q --no-install-recommends postgresql-$m/experimental postgresql-server-dev-$m/experimental postgresql-client-$m/experimental libpq-dev/experimental libpq5/experimental'
 		fi
 		run_in "$root" "$pre" >>"$log" 2>&1 || return 1
 		touch "$root/.slidewin-ready"
