@@ -141,15 +141,21 @@ my ($o, $e) = run(
 like($e, qr/ERROR:\s+RL429: rate limit exceeded for key "acl:enforce"/,
 	'rl_enforce denies the second call with RL429');
 
-clean(
-	q{SELECT allowed FROM rl_attempt('acl:wait', 1, '300 milliseconds', on_redis_error => 'error')},
-	't', 'rl_wait key: first unit taken');
-my $t0 = time;
-clean(
-	q{SELECT allowed, store FROM rl_wait('acl:wait', 1, '300 milliseconds', timeout => '5 seconds',
-	                                     on_redis_error => 'error')},
-	't|redis', 'rl_wait admits once the unit is free');
-cmp_ok(time - $t0, '>=', 0.2, 'rl_wait waited for the window');
+my ($o1, $e1) = run(
+	q{SELECT allowed, reset_at FROM rl_attempt('acl:wait', 1, '300 milliseconds', on_redis_error => 'error')});
+my ($first_reset) = $o1 =~ /^t\|(.+)$/;
+ok(defined $first_reset && $e1 eq '', 'rl_wait key: first unit taken') or diag("$o1 $e1");
+my ($o2, $e2) = run(
+	q{SELECT allowed, store, reset_at FROM rl_wait('acl:wait', 1, '300 milliseconds',
+	    timeout => '5 seconds', on_redis_error => 'error')});
+my ($wait_reset) = $o2 =~ /^t\|redis\|(.+)$/;
+ok(defined $wait_reset && $e2 eq '', 'rl_wait admits once the unit is free') or diag("$o2 $e2");
+# Each reset_at is its entry's time plus the window, on Redis's clock: the
+# second entry is at least a window after the first, so rl_wait waited for
+# the unit to leave the window, however slow this machine was between calls.
+($o, $e) = run(
+	"SELECT '$wait_reset'::timestamptz - '$first_reset'::timestamptz >= interval '300 milliseconds'");
+is($o, 't', 'rl_wait waited for the window');
 
 foreach my $algo (qw(sliding_log sliding_counter fixed_window token_bucket))
 {

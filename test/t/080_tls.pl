@@ -189,6 +189,9 @@ sub growth
 		die 'no RssAnon';
 	};
 	$bg->query_safe("SET slidewin.redis_url = '$url'");
+	# What is measured is memory, not speed: a generous command timeout, so
+	# that a machine busy elsewhere cannot fail one of the 300k calls.
+	$bg->query_safe("SET slidewin.command_timeout = '10s'");
 	# rl_allow in WHERE: per-row memory is freed row by row, so what grows
 	# is what slidewin keeps
 	my $sql = q{SELECT count(*) FROM generate_series(1, 100000) g
