@@ -33,6 +33,8 @@ INSERT INTO rl_fallback_log VALUES
 -- this library needs the new layout, and says how to get it
 SELECT * FROM rl_attempt('k', 10, '10 minutes');
 \echo :LAST_ERROR_SQLSTATE
+-- a call that needs no store answers in 1.0's rl_result, of five columns
+SELECT * FROM rl_attempt('five', 5, '1 hour', on_redis_error => 'allow');
 
 ALTER EXTENSION slidewin UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'slidewin';
@@ -81,6 +83,11 @@ SELECT has_function_privilege('public', 'rl_stats_reset()', 'EXECUTE') AS public
 -- 1.5's rl_check arrives with the update, and is not PUBLIC's.
 SELECT has_function_privilege('public', 'rl_check()', 'EXECUTE') AS public_may_check,
        pg_get_function_result('rl_check()'::regprocedure) AS check_returns;
+
+-- 1.6: rl_result says the limit a call was judged against, and rl_headers
+-- arrives.
+SELECT * FROM rl_attempt('six', 5, '1 hour', on_redis_error => 'allow');
+SELECT rl_headers(r) FROM rl_attempt('six', 5, '1 hour', on_redis_error => 'allow') r;
 
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any
@@ -156,7 +163,7 @@ BEGIN
   DROP TABLE updated;
 END $$;
 SET client_min_messages = warning;
-SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4']) AS v,
+SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5']) AS v,
        LATERAL pg_temp.update_from(v) AS u;
 RESET client_min_messages;
 SELECT count(*) AS versions_shipped

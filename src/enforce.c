@@ -123,6 +123,7 @@ charge_call(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
 	RlArgs		a = *args;
 	StatsSource source = STATS_DENY_CACHE;
 
+	limit_outcome_judged(args, o);
 	a.force = !slidewin_enforce;
 	if (a.force || !deny_cache_lookup(&a, o))
 	{

@@ -838,8 +838,10 @@ retry_after(FbScan *s, const FbState *st, const FbWindow *w, int64 need, int64 *
 /*
  * Decide a call of `cost` against every window: allowed only if each admits
  * it. remaining and used describe the most constraining window, retry_us
- * the longest wait. Returns false if the state read is no longer the key's
- * (see retry_after): the caller reads again and decides anew.
+ * the longest wait; lim and win_us name the deciding window: the first
+ * that denies, else the most constraining one. Returns false if the state
+ * read is no longer the key's (see retry_after): the caller reads again and
+ * decides anew.
  */
 static bool
 decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
@@ -854,25 +856,34 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 	{
 		const FbWindow *w = &st->w[i];
 		int64		rem = w->lim - w->used - cost;
+		bool		denies = rem < 0;
+		bool		newmin;
 
-		if (rem < 0)
+		if (denies)
 		{
 			int64		wait;
 
 			if (!retry_after(s, st, w, w->used + cost - w->lim, &wait))
 				return false;
-			o->allowed = false;
 			o->retry_us = Max(o->retry_us, wait);
 		}
 		/* A peek reports the units left, not those left after a call. */
-		if (rem < 0 || peek)
+		if (denies || peek)
 			rem = Max(w->lim - w->used, 0);
-		if (first || rem < o->remaining)
+		newmin = first || rem < o->remaining;
+		if (newmin)
 		{
 			o->remaining = rem;
 			o->used = w->used;
-			first = false;
 		}
+		if (first || (o->allowed && (denies || newmin)))
+		{
+			o->lim = w->lim;
+			o->win_us = w->win;
+		}
+		if (denies)
+			o->allowed = false;
+		first = false;
 	}
 	return true;
 }

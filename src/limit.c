@@ -223,13 +223,34 @@ limit_check_multi(FunctionCallInfo fcinfo, RlArgs *args)
 	limit_set_cost(cost, args);
 }
 
+void
+limit_outcome_judged(const RlArgs *args, RlOutcome *o)
+{
+	o->lim = args->algorithm == ALGO_MULTI_LOG ? -1 : args->lim;
+	o->win_us = args->algorithm == ALGO_MULTI_LOG ? 0 : args->win_us;
+}
+
+static Interval *
+interval_of_us(int64 us)
+{
+	Interval   *i = (Interval *) palloc(sizeof(Interval));
+
+	i->time = us;
+	i->day = 0;
+	i->month = 0;
+	return i;
+}
+
+/*
+ * The rl_result row. Its type gained lim and win in 1.6; a database not
+ * yet updated has the five columns of before, and gets those.
+ */
 Datum
 limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o)
 {
 	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
-	Datum		values[5];
-	bool		nulls[5] = {false, false, false, false, false};
-	Interval   *retry;
+	Datum		values[7];
+	bool		nulls[7] = {false, false, false, false, false, false, false};
 
 	/* The row type is looked up once per call site, not once per call. */
 	if (tupdesc == NULL)
@@ -243,17 +264,20 @@ limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o)
 		MemoryContextSwitchTo(old);
 	}
 
-	retry = (Interval *) palloc(sizeof(Interval));
-	retry->time = o->retry_us;
-	retry->day = 0;
-	retry->month = 0;
-
 	values[0] = BoolGetDatum(o->allowed);
 	values[1] = Int64GetDatum(o->remaining);
 	nulls[1] = nulls[3] = !o->known;
-	values[2] = IntervalPGetDatum(retry);
+	values[2] = IntervalPGetDatum(interval_of_us(o->retry_us));
 	values[3] = TimestampTzGetDatum(o->reset_at_us - UNIX_TO_PG_US);
 	values[4] = CStringGetTextDatum(o->store);
+	if (tupdesc->natts >= 7)
+	{
+		nulls[5] = nulls[6] = o->lim < 0;
+		values[5] = Int64GetDatum(o->lim);
+		values[6] = IntervalPGetDatum(interval_of_us(o->win_us));
+	}
+	else if (tupdesc->natts != 5)
+		elog(ERROR, "rl_result has %d columns, not 5 or 7", tupdesc->natts);
 
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }

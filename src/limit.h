@@ -47,11 +47,20 @@ typedef struct RlOutcome
 	bool		shadowed;		/* would have been denied; admitted by shadow mode */
 	int64		stable_us;		/* Redis sliding-log denial: the same call gets the
 								 * same answer for this long, if nobody writes */
+	int64		lim;			/* the limit the call was judged against (multi:
+								 * the deciding window's), -1 when unknown */
+	int64		win_us;			/* and its window */
 } RlOutcome;
 
 extern char *slidewin_test_now;
 /* Tests only: an advisory lock key a fallback call waits on before deciding. */
 extern int	slidewin_test_pause_lock;
+
+/*
+ * Before a call is decided: the limit it is judged against, as far as the
+ * arguments tell (rl_attempt_multi's deciding window is the store's to say).
+ */
+extern void limit_outcome_judged(const RlArgs *args, RlOutcome *o);
 
 /* Check arguments 0..2 (key, lim, win) and, if has_cost, argument 3 (cost). */
 extern void limit_check_args(FunctionCallInfo fcinfo, bool has_cost, RlArgs *args);

@@ -93,7 +93,7 @@ refuse(char *why, size_t whysize, const char *fmt,...)
 }
 
 static const char *const field_names[RF_COUNT] = {
-	"allowed", "remaining", "retry_after", "reset_at", "used", "recorded", "stable_us"
+	"allowed", "remaining", "retry_after", "reset_at", "used", "recorded", "stable_us", "window"
 };
 
 /* Checking one reply: the first rule it breaks is the one reported. */
@@ -170,6 +170,9 @@ check_fields(OutcomeCheck *ck)
 			maxlim = max64(maxlim, call->lims[i]);
 
 	expect(ck, v[RF_ALLOWED] == 0 || v[RF_ALLOWED] == 1, RF_ALLOWED, "it must be 0 or 1");
+	if (algo == ALGO_MULTI_LOG)
+		expect(ck, v[RF_WINDOW] >= 1 && v[RF_WINDOW] <= call->nwin, RF_WINDOW,
+			   "it must be between 1 and %d", call->nwin);
 
 	expect(ck, v[RF_REMAINING] >= 0 && v[RF_REMAINING] <= lim, RF_REMAINING,
 		   "it must be between 0 and %" PRId64, lim);
@@ -264,7 +267,8 @@ bool
 reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 					int64_t v[RF_COUNT], char *why, size_t whysize)
 {
-	size_t		n = (call->algorithm == ALGO_SLIDING_LOG && !call->peek) ? 7 : 6;
+	bool		multi = call->algorithm == ALGO_MULTI_LOG;
+	size_t		n = ((call->algorithm == ALGO_SLIDING_LOG && !call->peek) || multi) ? 7 : 6;
 	const char *kind = call->peek ? "peek" : "attempt";
 	OutcomeCheck ck;
 
@@ -274,16 +278,18 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 	if (rep->elements != n)
 		return refuse(why, whysize, "The %s %s reply has %zu elements, not %zu.",
 					  call->algorithm_name, kind, rep->elements, n);
+	v[RF_STABLE] = 0;
+	v[RF_WINDOW] = 0;
 	for (size_t i = 0; i < n; i++)
 	{
+		int			f = (i == RF_STABLE && multi) ? RF_WINDOW : (int) i;
+
 		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
 			return refuse(why, whysize, "Field \"%s\" of the %s %s reply is %s, not an integer.",
-						  field_names[i], call->algorithm_name, kind,
+						  field_names[f], call->algorithm_name, kind,
 						  reply_type_name(rep->element[i]));
-		v[i] = rep->element[i]->integer;
+		v[f] = rep->element[i]->integer;
 	}
-	if (n == 6)
-		v[RF_STABLE] = 0;
 
 	ck.call = call;
 	ck.kind = kind;

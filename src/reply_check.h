@@ -23,10 +23,15 @@
 #define REPLY_PG_END_TIMESTAMP	INT64_C(9223371331200000000)
 #define REPLY_PG_EPOCH_UNIX_US	INT64_C(946684800000000)
 
-/* The fields of an outcome reply, in order; stable_us only in sliding_log attempts. */
+/*
+ * The fields of an outcome reply, in order; then stable_us only in
+ * sliding_log attempts, window (the deciding window, 1..n) only in
+ * rl_attempt_multi's replies, each as the seventh element.
+ */
 typedef enum ReplyField
 {
 	RF_ALLOWED, RF_REMAINING, RF_RETRY, RF_RESET, RF_USED, RF_RECORDED, RF_STABLE,
+	RF_WINDOW,
 	RF_COUNT
 } ReplyField;
 

@@ -396,7 +396,9 @@ static const char lua_token_bucket[] = LUA_PRELUDE
  * entry per admitted call, checked against every (lim, win): admitted only
  * if every window admits it, and then recorded once, so in all of them.
  * Entries are kept for the longest window. The reply describes the most
- * constraining window: the smallest remaining, the largest retry_after.
+ * constraining window: the smallest remaining, the largest retry_after; its
+ * last field is the deciding window's number (1..n): the first that denies,
+ * else the one with the smallest remaining.
  */
 static const char lua_log_multi[] = LUA_PRELUDE
 "local key, lk = KEYS[1], ledger(KEYS[2])\n"
@@ -411,7 +413,7 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "local total, last_ts = newest(key, base)\n"
 "local rt, rlast = rb, nil\n"
 "if lk then rt, rlast = ledger_newest(lk, rb) end\n"
-"local ok, rem, retry, used = true, nil, 0, 0\n"
+"local ok, rem, retry, used, wi = true, nil, 0, 0, 1\n"
 "for i = 1, n do\n"
 "  local lim, win = tonumber(ARGV[1 + i]), tonumber(ARGV[1 + n + i])\n"
 "  local bi, rbi = base, 0\n"
@@ -420,14 +422,18 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "  if lk then rbi = refunded_upto(lk, now - win) end\n"
 "  local ui = total - bi - (rt - rbi)\n"
 "  local ri = lim - ui - cost\n"
-"  if ri < 0 then\n"
-"    ok = false\n"
+"  local den = ri < 0\n"
+"  if den then\n"
 "    local ri0 = redis.call('ZCOUNT', key, '-inf', fmt(now - win))\n"
 "    retry = math.max(retry, freeing_time(key, lk, ri0, bi, rbi, ui + cost - lim) + win - now)\n"
 "  end\n"
 "  -- a peek reports the units left, not those left after a call\n"
-"  if ri < 0 or mode == 'p' then ri = math.max(lim - ui, 0) end\n"
-"  if rem == nil or ri < rem then rem, used = ri, ui end\n"
+"  if den or mode == 'p' then ri = math.max(lim - ui, 0) end\n"
+"  local newmin = rem == nil or ri < rem\n"
+"  if newmin then rem, used = ri, ui end\n"
+"  -- the deciding window: the first that denies, else the tightest\n"
+"  if ok and (den or newmin) then wi = i end\n"
+"  if den then ok = false end\n"
 "end\n"
 "if mode == 'p' or (not ok and mode ~= '1') then\n"
 "  local reset = now\n"
@@ -442,11 +448,11 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "      reset = last_ts + maxwin\n"
 "    end\n"
 "  end\n"
-"  return {ok and 1 or 0, rem, retry, reset, used, -1}\n"
+"  return {ok and 1 or 0, rem, retry, reset, used, -1, wi}\n"
 "end\n"
 "local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, maxwin)\n"
-"if ok then return {1, rem, 0, ts + maxwin, used + cost, ts} end\n"
-"return {0, 0, retry, ts + maxwin, used + cost, ts}\n";
+"if ok then return {1, rem, 0, ts + maxwin, used + cost, ts, wi} end\n"
+"return {0, 0, retry, ts + maxwin, used + cost, ts, wi}\n";
 
 typedef struct Script
 {

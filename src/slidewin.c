@@ -530,6 +530,7 @@ slidewin_peek(PG_FUNCTION_ARGS)
 
 	limit_check_args(fcinfo, false, &args);
 	args.algorithm = limit_algorithm(opt_text(fcinfo, 4));
+	limit_outcome_judged(&args, &o);
 	policy_run(policy_from_name(opt_text(fcinfo, 3), "on_redis_error"), &args, &o,
 			   redis_store_peek, fallback_peek);
 	return limit_result_datum(fcinfo, &o);

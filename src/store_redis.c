@@ -191,6 +191,11 @@ read_outcome(RedisResult *r, const RlArgs *args, bool peek, RlOutcome *o)
 	o->used = v[RF_USED];
 	o->recorded_ts = v[RF_RECORDED];
 	o->stable_us = v[RF_STABLE];
+	if (args->algorithm == ALGO_MULTI_LOG)
+	{
+		o->lim = args->lims[v[RF_WINDOW] - 1];
+		o->win_us = args->wins_us[v[RF_WINDOW] - 1];
+	}
 	o->shadowed = false;
 	o->store = "redis";
 	o->known = true;

@@ -309,22 +309,34 @@ sub multi
 {
 	my ($policy) = @_;
 	return run_sql(
-		qq{SELECT (r).allowed, (r).store, (r).remaining
+		qq{SELECT (r).allowed, (r).store, (r).remaining, (r).lim
 		   FROM rl_attempt_multi('h', '{10,100}', '{1 second,1 hour}', 1, '$policy') r});
 }
+# The seventh field names the deciding window (1.6): its limit is the row's.
+$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, 1));
+($out, $err) = multi('error');
+is($out, 't|redis|9|10', 'rl_attempt_multi: a well-formed reply is believed');
+$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, 2));
+($out, $err) = multi('error');
+is($out, 't|redis|9|100', 'rl_attempt_multi: the deciding window the reply names');
+$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, 3));
+($out, $err) = multi('error');
+like($err, qr/DETAIL:\s+Field "window" of the multi attempt reply is 3, but it must be between 1 and 2\./,
+	'rl_attempt_multi: a window that was not asked about is refused');
 $fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts));
 ($out, $err) = multi('error');
-is($out, 't|redis|9', 'rl_attempt_multi: a well-formed reply is believed');
-$fake->script($ints->(1, 11, 0, $ts + $win, 1, $ts));
+like($err, qr/DETAIL:\s+The multi attempt reply has 6 elements, not 7\./,
+	'rl_attempt_multi: a reply without the deciding window is refused');
+$fake->script($ints->(1, 11, 0, $ts + $win, 1, $ts, 1));
 ($out, $err) = multi('error');
 like($err, qr/DETAIL:\s+Field "remaining" of the multi attempt reply is 11, but it must be between 0 and 10\./,
 	'rl_attempt_multi: remaining above the smallest limit is refused');
-$fake->script($ints->(1, 9, 0, $ts + 1_000_000, 1, $ts));
+$fake->script($ints->(1, 9, 0, $ts + 1_000_000, 1, $ts, 1));
 ($out, $err) = multi('error');
 like($err, qr/DETAIL:\s+Field "reset_at" of the multi attempt reply .* plus the window, 1900003600000000\./,
 	'rl_attempt_multi: reset_at must follow the longest window');
 ($out, $err) = multi('fallback');
-is($out, 't|fallback|9', 'rl_attempt_multi, policy fallback: the fallback store answers');
+is($out, 't|fallback|9|10', 'rl_attempt_multi, policy fallback: the fallback store answers');
 run_sql(q{SELECT rl_reset('h')});
 
 # ---------------------------------------------------------------------

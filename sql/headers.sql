@@ -1,0 +1,74 @@
+-- 1.6: rl_result says the limit a call was judged against (lim, win; for
+-- rl_attempt_multi the window that decided), and rl_headers turns a result
+-- into HTTP response header fields. On the test clock, so that every
+-- reset time and header value is fixed.
+SET TimeZone = 'UTC';
+SET slidewin.key_prefix = 'regress:hd:';
+SET slidewin.test_now = '2031-03-01 12:00:00+00';
+SELECT rl_reset(k) FROM unnest(ARRAY['k', 'm', 'm2', 'p', 'fb', 'fbm']) k;
+
+-- Redis: lim and win of the call, and the headers of an admission
+SELECT allowed, remaining, lim, win, store FROM rl_attempt('k', 3, '1 minute');
+SELECT rl_headers(r) FROM rl_attempt('k', 3, '1 minute') r;
+-- the last unit, then a denial: Retry-After in whole seconds, rounded up
+SELECT rl_headers(r, 'per-key') FROM rl_attempt('k', 3, '1 minute') r;
+SET slidewin.test_now = '2031-03-01 12:00:10.2+00';
+SELECT allowed, remaining, retry_after, lim, win FROM rl_attempt('k', 3, '1 minute');
+SELECT rl_headers(r) FROM rl_attempt('k', 3, '1 minute') r;
+-- a peek is judged against its arguments too
+SELECT allowed, remaining, lim, win FROM rl_peek('k', 5, '2 minutes');
+
+-- rl_attempt_multi: the window that decided. Admitted: the one with the
+-- fewest units left.
+SET slidewin.test_now = '2031-03-01 12:00:00+00';
+SELECT allowed, remaining, lim, win FROM rl_attempt_multi('m', ARRAY[5, 2], ARRAY['1 hour', '1 minute']::interval[]);
+SELECT allowed, remaining, lim, win FROM rl_attempt_multi('m', ARRAY[5, 2], ARRAY['1 hour', '1 minute']::interval[]);
+-- denied by the minute's limit
+SELECT allowed, remaining, lim, win FROM rl_attempt_multi('m', ARRAY[5, 2], ARRAY['1 hour', '1 minute']::interval[]);
+-- The window that denies, even when another has fewer units left: 8 units
+-- two hours ago (only in the day), 8 now (in both); 3 more do not fit the
+-- hour (10 - 8 = 2 left), and would fit the day (20 - 16 = 4 left, 1 after).
+SET slidewin.test_now = '2031-03-01 10:00:00+00';
+SELECT allowed FROM rl_attempt_multi('m2', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 8);
+SET slidewin.test_now = '2031-03-01 12:00:00+00';
+SELECT allowed FROM rl_attempt_multi('m2', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 8);
+SELECT allowed, lim, win FROM rl_attempt_multi('m2', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 3);
+
+-- The fallback store says the same (Redis unreachable: a closed port).
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SET slidewin.redis_retry_interval = 0;
+SET client_min_messages = error;
+SELECT allowed, remaining, lim, win, store FROM rl_attempt('fb', 2, '30 seconds');
+SELECT rl_headers(r) FROM rl_attempt('fb', 2, '30 seconds') r;
+SELECT allowed, remaining, lim, win, store FROM rl_attempt('fb', 2, '30 seconds');
+SET slidewin.test_now = '2031-03-01 10:00:00+00';
+SELECT allowed FROM rl_attempt_multi('fbm', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 8);
+SET slidewin.test_now = '2031-03-01 12:00:00+00';
+SELECT allowed, lim, win FROM rl_attempt_multi('fbm', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 8);
+SELECT allowed, lim, win, store FROM rl_attempt_multi('fbm', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 3);
+-- No store answered (the allow policy): the call's own limit; none for
+-- rl_attempt_multi, whose deciding window no store chose. Only the policy
+-- fields then, without the counts no store gave.
+SELECT allowed, remaining, lim, win, store FROM rl_attempt('p', 4, '1 minute', on_redis_error => 'allow');
+SELECT rl_headers(r) FROM rl_attempt('p', 4, '1 minute', on_redis_error => 'allow') r;
+SELECT allowed, lim, win, store FROM rl_attempt_multi('p', ARRAY[1, 2], ARRAY['1 minute', '1 hour']::interval[], on_redis_error => 'deny');
+SELECT rl_headers(r) FROM rl_attempt_multi('p', ARRAY[1, 2], ARRAY['1 minute', '1 hour']::interval[], on_redis_error => 'deny') r;
+RESET client_min_messages;
+RESET slidewin.redis_url;
+RESET slidewin.redis_retry_interval;
+
+-- The policy name is a structured-field string: quotes and backslashes are
+-- escaped; anything else but printable ASCII is refused.
+SELECT rl_headers(r, 'say "hi" \ there') ->> 'RateLimit-Policy' AS policy FROM rl_peek('k', 3, '1 minute') r;
+SELECT rl_headers(r, 'naïve') FROM rl_peek('k', 3, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(r, '') FROM rl_peek('k', 3, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(r, NULL) FROM rl_peek('k', 3, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(NULL::rl_result, 'x');
+\echo :LAST_ERROR_SQLSTATE
+
+SELECT rl_reset(k) FROM unnest(ARRAY['k', 'm', 'm2', 'p', 'fb', 'fbm']) k;
