@@ -263,7 +263,7 @@ my ($leak_enforce, $leak_style) = split /\|/, $node->safe_psql('postgres', q{
 	SELECT count(*) FILTER (WHERE allowed), count(*) FILTER (WHERE style <> 'RL429')
 	  FROM calls WHERE run = 'local'});
 is($leak_enforce, '0', 'SET LOCAL: no later call of another client is admitted past its limit');
-is($leak_style, '0', 'SET LOCAL: every later denial is spelled RL429');
+is($leak_style, '0', 'SET LOCAL: every later rl_enforce on an exhausted key is denied, spelled RL429');
 
 # --- a SET without LOCAL leaks ----------------------------------------------
 # One client turns enforce off, another sets the PostgREST style, each with a
