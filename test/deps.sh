@@ -75,6 +75,7 @@ packages=(
 	curl
 	gnuplot-nox
 	debootstrap
+	pgbouncer
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
