@@ -25,14 +25,15 @@ SELECT allowed, remaining, lim, win FROM rl_attempt_multi('m', ARRAY[5, 2], ARRA
 SELECT allowed, remaining, lim, win FROM rl_attempt_multi('m', ARRAY[5, 2], ARRAY['1 hour', '1 minute']::interval[]);
 -- denied by the minute's limit
 SELECT allowed, remaining, lim, win FROM rl_attempt_multi('m', ARRAY[5, 2], ARRAY['1 hour', '1 minute']::interval[]);
--- The window that denies, even when another has fewer units left: 8 units
+-- The window that denies, even when another (listed first) has fewer units
+-- left: 8 units
 -- two hours ago (only in the day), 8 now (in both); 3 more do not fit the
 -- hour (10 - 8 = 2 left), and would fit the day (20 - 16 = 4 left, 1 after).
 SET slidewin.test_now = '2031-03-01 10:00:00+00';
-SELECT allowed FROM rl_attempt_multi('m2', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 8);
+SELECT allowed FROM rl_attempt_multi('m2', ARRAY[20, 10], ARRAY['1 day', '1 hour']::interval[], 8);
 SET slidewin.test_now = '2031-03-01 12:00:00+00';
-SELECT allowed FROM rl_attempt_multi('m2', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 8);
-SELECT allowed, lim, win FROM rl_attempt_multi('m2', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 3);
+SELECT allowed FROM rl_attempt_multi('m2', ARRAY[20, 10], ARRAY['1 day', '1 hour']::interval[], 8);
+SELECT allowed, lim, win FROM rl_attempt_multi('m2', ARRAY[20, 10], ARRAY['1 day', '1 hour']::interval[], 3);
 
 -- The fallback store says the same (Redis unreachable: a closed port).
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
@@ -42,10 +43,10 @@ SELECT allowed, remaining, lim, win, store FROM rl_attempt('fb', 2, '30 seconds'
 SELECT rl_headers(r) FROM rl_attempt('fb', 2, '30 seconds') r;
 SELECT allowed, remaining, lim, win, store FROM rl_attempt('fb', 2, '30 seconds');
 SET slidewin.test_now = '2031-03-01 10:00:00+00';
-SELECT allowed FROM rl_attempt_multi('fbm', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 8);
+SELECT allowed FROM rl_attempt_multi('fbm', ARRAY[20, 10], ARRAY['1 day', '1 hour']::interval[], 8);
 SET slidewin.test_now = '2031-03-01 12:00:00+00';
-SELECT allowed, lim, win FROM rl_attempt_multi('fbm', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 8);
-SELECT allowed, lim, win, store FROM rl_attempt_multi('fbm', ARRAY[10, 20], ARRAY['1 hour', '1 day']::interval[], 3);
+SELECT allowed, lim, win FROM rl_attempt_multi('fbm', ARRAY[20, 10], ARRAY['1 day', '1 hour']::interval[], 8);
+SELECT allowed, lim, win, store FROM rl_attempt_multi('fbm', ARRAY[20, 10], ARRAY['1 day', '1 hour']::interval[], 3);
 -- No store answered (the allow policy): the call's own limit; none for
 -- rl_attempt_multi, whose deciding window no store chose. Only the policy
 -- fields then, without the counts no store gave.
