@@ -238,8 +238,11 @@ else
 	my ($why) = $out =~ /(ERROR:[^\n]*)/;
 	note("pgbench -M prepared through PgBouncer $pgb_version: $done of 500 processed, exit $status: "
 		  . ($why // 'no error shown'));
-	ok($status != 0 && $done < 500,
-		"prepared: before 1.21, named prepared statements fail in transaction mode ($done of 500 processed)");
+	# Whether they collide depends on which client lands on which server
+	# connection first (one CI run saw 0 of 500 run, another 500): what
+	# holds either way is that every call that ran was counted once.
+	is($redis->cli('zcard', 'slidewin:log:pgb-prep'), $done,
+		"prepared: before 1.21, each of the $done of 500 calls that ran was counted once");
 }
 
 # Exhausted keys, for the leak checks: a call on them is admitted only with
