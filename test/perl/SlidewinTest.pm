@@ -444,7 +444,11 @@ END
 	my $exit_code = $?;
 	foreach my $r (@all_redis)
 	{
-		$r->_kill('KILL') if $r->alive;
+		# Cleanup, not a test: a server that outlives its SIGKILL here (seen
+		# twice in a chroot's PID namespace, all tests passed) is reported,
+		# and the exit status stays the tests' own.
+		eval { $r->_kill('KILL') if $r->alive; 1 }
+		  or diag("END: could not stop a Redis server: $@");
 	}
 	kill 'KILL', map { $_->{pid} } grep { $_->{pid} } @all_sentinels;
 	$? = $exit_code;
