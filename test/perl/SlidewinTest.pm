@@ -45,6 +45,7 @@
 package SlidewinTest;
 
 use strict;
+use IO::Socket::INET;
 use warnings;
 
 use Carp;
@@ -611,6 +612,18 @@ sub _wait_gone
 		usleep(20_000);
 	}
 	croak "redis pid $self->{pid} still alive" if $self->alive;
+	# A process counted gone may still be closing its files: wait until its
+	# port refuses connections, so that what follows meets a closed port, not
+	# one reset mid-teardown (seen inside test-matrix's PID namespace).
+	my $closed_by = time + 5;
+	while (time < $closed_by)
+	{
+		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{port},
+			Proto => 'tcp', Timeout => 1);
+		last unless $s;
+		close $s;
+		usleep(20_000);
+	}
 	$self->{pid} = undef;
 	return;
 }
