@@ -5,47 +5,47 @@ SET TimeZone = 'UTC';
 SELECT rl_reset(k) FROM unnest(ARRAY['k1','k2','k3','k4','k5','k6','k7']) AS k;
 
 -- 3 per 10 seconds: three admitted, the fourth denied until the oldest leaves.
-SELECT * FROM rl_attempt('k1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k1', 3, '10 seconds');
 SET slidewin.test_now = '2030-01-01 00:00:02+00';
-SELECT * FROM rl_attempt('k1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k1', 3, '10 seconds');
 SET slidewin.test_now = '2030-01-01 00:00:04+00';
-SELECT * FROM rl_attempt('k1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k1', 3, '10 seconds');
 SET slidewin.test_now = '2030-01-01 00:00:05+00';
-SELECT * FROM rl_attempt('k1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k1', 3, '10 seconds');
 -- one microsecond before the oldest entry leaves the window
 SET slidewin.test_now = '2030-01-01 00:00:09.999999+00';
-SELECT * FROM rl_attempt('k1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k1', 3, '10 seconds');
 -- the entry of 00:00:00 leaves at exactly 00:00:10
 SET slidewin.test_now = '2030-01-01 00:00:10+00';
-SELECT * FROM rl_attempt('k1', 3, '10 seconds');
-SELECT * FROM rl_attempt('k1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k1', 3, '10 seconds');
 -- a window later everything has left
 SET slidewin.test_now = '2030-01-01 00:00:20+00';
-SELECT * FROM rl_peek('k1', 3, '10 seconds');
-SELECT * FROM rl_attempt('k1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('k1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k1', 3, '10 seconds');
 
 -- Weighted cost: a denied call records nothing, and retry_after waits for
 -- exactly the units it needs.
 SET slidewin.test_now = '2030-01-01 00:00:00+00';
-SELECT * FROM rl_attempt('k2', 10, '1 minute', 4);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k2', 10, '1 minute', 4);
 SET slidewin.test_now = '2030-01-01 00:00:10+00';
-SELECT * FROM rl_attempt('k2', 10, '1 minute', 5);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k2', 10, '1 minute', 5);
 SET slidewin.test_now = '2030-01-01 00:00:20+00';
-SELECT * FROM rl_attempt('k2', 10, '1 minute', 2);
-SELECT * FROM rl_attempt('k2', 10, '1 minute', 1);
-SELECT * FROM rl_attempt('k2', 10, '1 minute', 1);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k2', 10, '1 minute', 2);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k2', 10, '1 minute', 1);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k2', 10, '1 minute', 1);
 -- needs 5: the 4 of 00:00:00 are not enough, the 5 of 00:00:10 are
-SELECT * FROM rl_attempt('k2', 10, '1 minute', 5);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k2', 10, '1 minute', 5);
 SET slidewin.test_now = '2030-01-01 00:01:00+00';
-SELECT * FROM rl_attempt('k2', 10, '1 minute', 5);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k2', 10, '1 minute', 5);
 SET slidewin.test_now = '2030-01-01 00:01:10+00';
-SELECT * FROM rl_attempt('k2', 10, '1 minute', 5);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k2', 10, '1 minute', 5);
 
 -- rl_allow is the same decision as a boolean.
 SET slidewin.test_now = '2030-01-01 00:00:00+00';
 SELECT rl_allow('k3', 2, '1 hour') AS a1, rl_allow('k3', 2, '1 hour') AS a2,
        rl_allow('k3', 2, '1 hour') AS a3;
-SELECT * FROM rl_peek('k3', 2, '1 hour');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('k3', 2, '1 hour');
 
 -- A window with many entries (past Redis's small-set encoding): 200 calls
 -- of cost 5, 10 ms apart, fill a 1000-unit budget.
@@ -60,17 +60,17 @@ BEGIN
   END LOOP;
 END $$;
 SET slidewin.test_now = '2030-01-01 00:00:02+00';
-SELECT * FROM rl_peek('k4', 1000, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('k4', 1000, '1 minute');
 -- 500 units free up when the 100th entry (00:00:00.99) leaves: 58.99 s
-SELECT * FROM rl_attempt('k4', 1000, '1 minute', 500);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k4', 1000, '1 minute', 500);
 -- at 00:01:00.5 the 51 entries up to 00:00:00.50 have left: 255 units free
 SET slidewin.test_now = '2030-01-01 00:01:00.5+00';
-SELECT * FROM rl_peek('k4', 1000, '1 minute');
-SELECT * FROM rl_attempt('k4', 1000, '1 minute', 255);
-SELECT * FROM rl_attempt('k4', 1000, '1 minute', 1);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('k4', 1000, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k4', 1000, '1 minute', 255);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k4', 1000, '1 minute', 1);
 -- reset forgets the key
 SELECT rl_reset('k4');
-SELECT * FROM rl_peek('k4', 1000, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('k4', 1000, '1 minute');
 
 -- Consumption is spent at once, like a sequence: ROLLBACK does not undo it.
 BEGIN;
@@ -107,6 +107,6 @@ BEGIN
     END IF;
   END LOOP;
 END $$;
-SELECT * FROM rl_peek('k7', 2251799813685248, '2 seconds');
-SELECT * FROM rl_attempt('k7', 2251799813685248, '2 seconds', 2);
-SELECT * FROM rl_attempt('k7', 2251799813685248, '2 seconds', 1);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('k7', 2251799813685248, '2 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k7', 2251799813685248, '2 seconds', 2);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('k7', 2251799813685248, '2 seconds', 1);

@@ -5,16 +5,16 @@ SET slidewin.test_now = '2030-01-01 00:00:00+00';
 SET TimeZone = 'UTC';
 SELECT rl_reset(k) FROM unnest(ARRAY['e1', 'e2', 'e3', 'we"ird\key', 'fb']) AS k;
 
-SELECT * FROM rl_enforce('e1', 2, '1 minute');
-SELECT * FROM rl_enforce('e1', 2, '1 minute');
-SELECT * FROM rl_enforce('e1', 2, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('e1', 2, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('e1', 2, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('e1', 2, '1 minute');
 \echo :LAST_ERROR_SQLSTATE
 -- the hint rounds up, and never says 0 seconds
 SET slidewin.test_now = '2030-01-01 00:00:59.5+00';
-SELECT * FROM rl_enforce('e1', 2, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('e1', 2, '1 minute');
 -- weighted: the detail says what the call needed
-SELECT * FROM rl_enforce('e2', 10, '1 hour', 7);
-SELECT * FROM rl_enforce('e2', 10, '1 hour', 4);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('e2', 10, '1 hour', 7);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('e2', 10, '1 hour', 4);
 -- a procedure can catch it by SQLSTATE
 DO $$
 BEGIN
@@ -26,9 +26,9 @@ END $$;
 -- error_style = postgrest: SQLSTATE PGRST, JSON message and detail, which
 -- PostgREST answers with HTTP 429 and these headers.
 SET slidewin.error_style = postgrest;
-SELECT * FROM rl_enforce('e1', 2, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('e1', 2, '1 minute');
 \echo :LAST_ERROR_SQLSTATE
-SELECT rl_enforce('we"ird\key', 1, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('we"ird\key', 1, '10 seconds');
 SELECT rl_enforce('we"ird\key', 1, '10 seconds');
 DO $$
 DECLARE
@@ -52,10 +52,10 @@ RESET slidewin.error_style;
 -- remaining 0 and the retry_after it would have had.
 SET slidewin.test_now = '2030-01-01 01:00:00+00';
 SET slidewin.enforce = off;
-SELECT * FROM rl_attempt('e3', 2, '1 minute');
-SELECT * FROM rl_attempt('e3', 2, '1 minute');
-SELECT * FROM rl_attempt('e3', 2, '1 minute');
-SELECT * FROM rl_enforce('e3', 2, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('e3', 2, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('e3', 2, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('e3', 2, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('e3', 2, '1 minute');
 SELECT rl_allow('e3', 2, '1 minute') AS allowed;
 -- would-be denials are logged at the chosen level
 SET slidewin.log_denials = notice;

@@ -8,18 +8,18 @@ SELECT rl_reset(k) FROM unnest(ARRAY['f1','f2','f3','f4','both']) AS k;
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 
 -- Same semantics as the Redis store: 3 per 10 s, weighted, sliding.
-SELECT * FROM rl_attempt('f1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f1', 3, '10 seconds');
 SET slidewin.test_now = '2030-01-01 00:00:02+00';
-SELECT * FROM rl_attempt('f1', 3, '10 seconds', 2);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f1', 3, '10 seconds', 2);
 SET slidewin.test_now = '2030-01-01 00:00:05+00';
-SELECT * FROM rl_attempt('f1', 3, '10 seconds');
-SELECT * FROM rl_peek('f1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('f1', 3, '10 seconds');
 SET slidewin.test_now = '2030-01-01 00:00:10+00';
-SELECT * FROM rl_attempt('f1', 3, '10 seconds', 2);
-SELECT * FROM rl_attempt('f1', 3, '10 seconds');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f1', 3, '10 seconds', 2);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f1', 3, '10 seconds');
 SET slidewin.test_now = '2030-01-01 00:00:12+00';
-SELECT * FROM rl_attempt('f1', 3, '10 seconds', 2);
-SELECT * FROM rl_attempt('f1', 3, '10 seconds', 2);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f1', 3, '10 seconds', 2);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f1', 3, '10 seconds', 2);
 
 -- Many entries: 200 calls of cost 5, 10 ms apart, fill 1000 units.
 DO $$
@@ -33,11 +33,11 @@ BEGIN
   END LOOP;
 END $$;
 SET slidewin.test_now = '2030-01-01 00:00:02+00';
-SELECT * FROM rl_attempt('f2', 1000, '1 minute', 500);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f2', 1000, '1 minute', 500);
 SET slidewin.test_now = '2030-01-01 00:01:00.5+00';
-SELECT * FROM rl_peek('f2', 1000, '1 minute');
-SELECT * FROM rl_attempt('f2', 1000, '1 minute', 255);
-SELECT * FROM rl_attempt('f2', 1000, '1 minute', 1);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('f2', 1000, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f2', 1000, '1 minute', 255);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f2', 1000, '1 minute', 1);
 -- expired rows are deleted by normal calls: only the 150 live ones remain
 -- (149 of cost 5 and the one of cost 255)
 SELECT count(*) FROM rl_fallback_log WHERE key = 'regress:fb:f2';
@@ -58,22 +58,22 @@ COMMIT;
 SELECT allowed, remaining FROM rl_peek('f3', 5, '1 hour');
 
 -- The policy, per call and per setting.
-SELECT * FROM rl_attempt('f4', 5, '1 hour', 1, 'allow');
-SELECT * FROM rl_attempt('f4', 5, '1 hour', 1, 'deny');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour', 1, 'allow');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour', 1, 'deny');
 SELECT rl_allow('f4', 5, '1 hour', 1, 'deny') AS denied, rl_allow('f4', 5, '1 hour', 1, 'allow') AS allowed;
-SELECT * FROM rl_attempt('f4', 5, '1 hour', 1, 'error');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour', 1, 'error');
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rl_peek('f4', 5, '1 hour', 'error');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('f4', 5, '1 hour', 'error');
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rl_attempt('f4', 5, '1 hour', 1, 'nope');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour', 1, 'nope');
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rl_attempt('f4', 5, '1 hour', 1, NULL);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour', 1, NULL);
 SET slidewin.on_redis_error = 'deny';
-SELECT * FROM rl_attempt('f4', 5, '1 hour');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour');
 -- the call site's own choice wins over the setting, for its own call
-SELECT * FROM rl_attempt('f4', 5, '1 hour', 1, 'fallback');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour', 1, 'fallback');
 SET slidewin.on_redis_error = 'error';
-SELECT * FROM rl_attempt('f4', 5, '1 hour');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour');
 \echo :LAST_ERROR_SQLSTATE
 SET slidewin.on_redis_error = 'maybe';
 RESET slidewin.on_redis_error;
@@ -85,7 +85,7 @@ SELECT allowed, remaining FROM rl_peek('f4', 5, '1 hour');
 -- (TAP 020 shows a Redis that comes back being tried again after the interval.)
 SET slidewin.redis_retry_interval = '1h';
 SELECT store FROM rl_attempt('f4', 5, '1 hour');
-SELECT * FROM rl_attempt('f4', 5, '1 hour', 1, 'error');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour', 1, 'error');
 -- A failure belongs to the server it happened on: once the URL points
 -- elsewhere, that server is tried at once.
 RESET slidewin.redis_url;
@@ -99,7 +99,7 @@ CREATE ROLE regress_fb_user;
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 SET ROLE regress_fb_user;
 SELECT allowed, remaining, store FROM rl_attempt('f4', 5, '1 hour');
-SELECT * FROM rl_attempt('f4', 5, '1 hour', 1, 'allow');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour', 1, 'allow');
 SELECT count(*) FROM rl_fallback_log;
 DELETE FROM rl_fallback_log;
 SET slidewin.on_redis_error = 'allow';

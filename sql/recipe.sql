@@ -179,8 +179,8 @@ SET ROLE regress_recipe_web;
 SELECT ratelimit.check_request('203.0.113.50', 'k-paid-1', '/rpc/list_reports');
 SELECT * FROM ratelimit.api_keys;
 SELECT * FROM ratelimit.plans;
-SELECT * FROM rl_attempt('key:1', 1000000, '1 day', 1000000);
-SELECT * FROM rl_peek('key:2', 10000, '1 day');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('key:1', 1000000, '1 day', 1000000);
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('key:2', 10000, '1 day');
 SELECT rl_reset('key:1');
 -- Through PostgREST's pre-request hook: the request settings PostgREST
 -- sets, and a refusal in the form PostgREST answers with HTTP 429.

@@ -8,17 +8,17 @@ SELECT rl_reset('e');
 
 -- nothing listens on port 1
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
-SELECT * FROM rl_attempt('e', 5, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('e', 5, '1 minute');
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rl_peek('e', 5, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_peek('e', 5, '1 minute');
 \echo :LAST_ERROR_SQLSTATE
 SELECT rl_reset('e');
 \echo :LAST_ERROR_SQLSTATE
 -- the password never shows in a message
 SET slidewin.redis_url = 'redis://:s3cret@127.0.0.1:1';
-SELECT * FROM rl_attempt('e', 5, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('e', 5, '1 minute');
 SET slidewin.redis_url = 'unix:///nonexistent/redis.sock?db=2';
-SELECT * FROM rl_attempt('e', 5, '1 minute');
+SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('e', 5, '1 minute');
 \echo :LAST_ERROR_SQLSTATE
 
 -- back to the configured server: works at once

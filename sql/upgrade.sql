@@ -89,6 +89,15 @@ SELECT has_function_privilege('public', 'rl_check()', 'EXECUTE') AS public_may_c
 SELECT * FROM rl_attempt('six', 5, '1 hour', on_redis_error => 'allow');
 SELECT rl_headers(r) FROM rl_attempt('six', 5, '1 hour', on_redis_error => 'allow') r;
 
+-- 1.7: rl_result names the entry a call recorded (its ticket; NULL when
+-- nothing was recorded), signed with a secret made by the update, which no
+-- role but the owner may read.
+SELECT ticket IS NULL AS no_entry_no_ticket
+  FROM rl_attempt('seven', 5, '1 hour', on_redis_error => 'allow');
+SELECT has_table_privilege('public', 'rl_ticket_secret', 'SELECT') AS public_may_read_secret,
+       (SELECT count(*) FROM rl_ticket_secret) AS secrets,
+       (SELECT length(secret) FROM rl_ticket_secret) AS secret_bytes;
+
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any
 -- function is a function call.
@@ -163,7 +172,7 @@ BEGIN
   DROP TABLE updated;
 END $$;
 SET client_min_messages = warning;
-SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5']) AS v,
+SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6']) AS v,
        LATERAL pg_temp.update_from(v) AS u;
 RESET client_min_messages;
 SELECT count(*) AS versions_shipped

@@ -33,6 +33,16 @@ typedef int slidewin_redis_array_len;
 #ifdef PG_VERSION_NUM
 
 /*
+ * The byte type of pg_b64_encode's source and pg_b64_decode's destination:
+ * char before 18, uint8 from 18 on.
+ */
+#if PG_VERSION_NUM >= 180000
+typedef uint8 slidewin_b64_byte;
+#else
+typedef char slidewin_b64_byte;
+#endif
+
+/*
  * A function that never returns. 18 replaced the suffix
  * pg_attribute_noreturn() by the prefix pg_noreturn; both expand to a form
  * that is valid before the declaration, so this name is used as a prefix.

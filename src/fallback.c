@@ -241,6 +241,32 @@ extension_schema(Oid ext)
 	return nsp;
 }
 
+static Oid
+extension_oid(void)
+{
+	Oid			ext = get_extension_oid("slidewin", true);
+
+	if (!OidIsValid(ext))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"slidewin\" is not installed in this database")));
+	return ext;
+}
+
+/* A relation of the extension, by name; an ERROR if it is missing. */
+Oid
+fallback_relid(const char *relname)
+{
+	Oid			relid = get_relname_relid(relname, extension_schema(extension_oid()));
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("slidewin's table %s is missing", relname),
+				 errhint("Update the extension with ALTER EXTENSION slidewin UPDATE, or recreate it.")));
+	return relid;
+}
+
 static void
 lookup_oids(void)
 {
@@ -250,11 +276,7 @@ lookup_oids(void)
 
 	if (oids_valid)
 		return;
-	ext = get_extension_oid("slidewin", true);
-	if (!OidIsValid(ext))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("extension \"slidewin\" is not installed in this database")));
+	ext = extension_oid();
 	nsp = extension_schema(ext);
 	for (int t = 0; t < TBL_COUNT; t++)
 	{
@@ -1278,6 +1300,7 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 				(void) head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin);
 			insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
 			last_read.newest_ts = ts;
+			o->entry_ts = ts;
 			/* Later calls in this same command must see it. */
 			CommandCounterIncrement();
 			wrote = true;

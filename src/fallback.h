@@ -9,6 +9,8 @@
 #include "limit.h"
 
 extern void fallback_init(void);
+/* A relation of the extension, by name; 42P01 if it is missing. */
+extern Oid	fallback_relid(const char *relname);
 extern void fallback_attempt(const RlArgs *args, RlOutcome *o);
 extern void fallback_peek(const RlArgs *args, RlOutcome *o);
 extern void fallback_reset(const RlArgs *args);

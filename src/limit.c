@@ -21,6 +21,7 @@
 #include "utils/timestamp.h"
 
 #include "limit.h"
+#include "ticket.h"
 
 char	   *slidewin_test_now = NULL;
 int			slidewin_test_pause_lock = 0;
@@ -228,6 +229,7 @@ limit_outcome_judged(const RlArgs *args, RlOutcome *o)
 {
 	o->lim = args->algorithm == ALGO_MULTI_LOG ? -1 : args->lim;
 	o->win_us = args->algorithm == ALGO_MULTI_LOG ? 0 : args->win_us;
+	o->entry_ts = -1;
 }
 
 static Interval *
@@ -242,15 +244,15 @@ interval_of_us(int64 us)
 }
 
 /*
- * The rl_result row. Its type gained lim and win in 1.6; a database not
- * yet updated has the five columns of before, and gets those.
+ * The rl_result row. Its type gained lim and win in 1.6 and ticket in 1.7;
+ * a database not yet updated has the columns of before, and gets those.
  */
 Datum
-limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o)
+limit_result_datum(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o)
 {
 	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
-	Datum		values[7];
-	bool		nulls[7] = {false, false, false, false, false, false, false};
+	Datum		values[8];
+	bool		nulls[8] = {false, false, false, false, false, false, false, true};
 
 	/* The row type is looked up once per call site, not once per call. */
 	if (tupdesc == NULL)
@@ -277,7 +279,17 @@ limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o)
 		values[6] = IntervalPGetDatum(interval_of_us(o->win_us));
 	}
 	else if (tupdesc->natts != 5)
-		elog(ERROR, "rl_result has %d columns, not 5 or 7", tupdesc->natts);
+		elog(ERROR, "rl_result has %d columns, not 5, 7 or 8", tupdesc->natts);
+	if (tupdesc->natts >= 8)
+	{
+		char	   *ticket = ticket_make(args, o);
+
+		nulls[7] = ticket == NULL;
+		if (ticket)
+			values[7] = CStringGetTextDatum(ticket);
+	}
+	else if (tupdesc->natts != 5 && tupdesc->natts != 7)
+		elog(ERROR, "rl_result has %d columns, not 5, 7 or 8", tupdesc->natts);
 
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }

@@ -50,6 +50,8 @@ typedef struct RlOutcome
 	int64		lim;			/* the limit the call was judged against (multi:
 								 * the deciding window's), -1 when unknown */
 	int64		win_us;			/* and its window */
+	int64		entry_ts;		/* the log entry this call recorded (Redis score or
+								 * fallback ts), for its ticket; -1 when none */
 } RlOutcome;
 
 extern char *slidewin_test_now;
@@ -77,7 +79,8 @@ extern void limit_set_cost(int64 cost, RlArgs *args);
 /* The algorithm named `name` (NULL: sliding_log); 22023 listing the names. */
 extern RlAlgorithm limit_algorithm(const char *name);
 extern const char *limit_algorithm_name(RlAlgorithm a);
-extern Datum limit_result_datum(FunctionCallInfo fcinfo, const RlOutcome *o);
+extern Datum limit_result_datum(FunctionCallInfo fcinfo, const RlArgs *args,
+								const RlOutcome *o);
 
 /* The test clock as Unix microseconds; false when slidewin.test_now is off. */
 extern bool limit_test_clock(int64 *now_us);

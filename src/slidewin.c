@@ -469,7 +469,7 @@ slidewin_attempt(PG_FUNCTION_ARGS)
 	RlOutcome	o;
 
 	do_attempt(fcinfo, &args, &o);
-	return limit_result_datum(fcinfo, &o);
+	return limit_result_datum(fcinfo, &args, &o);
 }
 
 Datum
@@ -491,7 +491,7 @@ slidewin_enforce_fn(PG_FUNCTION_ARGS)
 	do_attempt(fcinfo, &args, &o);
 	if (!o.allowed)
 		enforce_raise_denied(&args, &o);
-	return limit_result_datum(fcinfo, &o);
+	return limit_result_datum(fcinfo, &args, &o);
 }
 
 /* rl_wait(key, lim, win, cost, timeout, on_redis_error, refund_on_abort, algorithm) */
@@ -518,7 +518,7 @@ slidewin_wait(PG_FUNCTION_ARGS)
 				 errmsg("argument \"timeout\" must be between 0 and 366 days, without months")));
 	enforce_wait(&args, policy_from_name(opt_text(fcinfo, 5), "on_redis_error"),
 				 opt_refund(fcinfo, 6), timeout_us, &o);
-	return limit_result_datum(fcinfo, &o);
+	return limit_result_datum(fcinfo, &args, &o);
 }
 
 /* rl_peek(key, lim, win, on_redis_error, algorithm) */
@@ -533,7 +533,7 @@ slidewin_peek(PG_FUNCTION_ARGS)
 	limit_outcome_judged(&args, &o);
 	policy_run(policy_from_name(opt_text(fcinfo, 3), "on_redis_error"), &args, &o,
 			   redis_store_peek, fallback_peek);
-	return limit_result_datum(fcinfo, &o);
+	return limit_result_datum(fcinfo, &args, &o);
 }
 
 /* rl_attempt_multi(key, lims, wins, cost, on_redis_error, refund_on_abort) */
@@ -546,7 +546,7 @@ slidewin_attempt_multi(PG_FUNCTION_ARGS)
 	limit_check_multi(fcinfo, &args);
 	enforce_charge(&args, policy_from_name(opt_text(fcinfo, 4), "on_redis_error"),
 				   opt_refund(fcinfo, 5), &o);
-	return limit_result_datum(fcinfo, &o);
+	return limit_result_datum(fcinfo, &args, &o);
 }
 
 /*

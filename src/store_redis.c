@@ -190,6 +190,9 @@ read_outcome(RedisResult *r, const RlArgs *args, bool peek, RlOutcome *o)
 	o->reset_at_us = v[RF_RESET];
 	o->used = v[RF_USED];
 	o->recorded_ts = v[RF_RECORDED];
+	/* the counting algorithms keep no entries, so nothing a ticket could name */
+	o->entry_ts = (args->algorithm == ALGO_SLIDING_LOG || args->algorithm == ALGO_MULTI_LOG) ?
+		v[RF_RECORDED] : -1;
 	o->stable_us = v[RF_STABLE];
 	if (args->algorithm == ALGO_MULTI_LOG)
 	{
