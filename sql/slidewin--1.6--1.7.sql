@@ -19,3 +19,21 @@ INSERT INTO rl_ticket_secret
   SELECT decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex');
 COMMENT ON TABLE rl_ticket_secret IS
 'The secret that signs rl_result tickets (see rl_refund). Replacing it makes every ticket issued before invalid.';
+
+-- Refunds and penalties outside a transaction: an HTTP request is not one.
+CREATE FUNCTION rl_refund(key text, ticket text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'slidewin_refund'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_refund(text, text) IS
+'Give back the units of the entry that ticket (from rl_result) names, now: true if they were given back, false if there was nothing to give back (the entry left its window, was reset, or was given back already).';
+
+CREATE FUNCTION rl_penalize(key text, lim bigint, win interval, cost bigint DEFAULT 1,
+                            on_redis_error text DEFAULT NULL)
+RETURNS rl_result
+AS 'MODULE_PATHNAME', 'slidewin_penalize'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_penalize(text, bigint, interval, bigint, text) IS
+'Charge cost units to key''s sliding log even over lim (cost may exceed lim), then report the key as rl_peek does, with the penalty''s ticket.';
+-- Charging another tenant's key over its limit is the DBA's to grant.
+REVOKE EXECUTE ON FUNCTION rl_penalize(text, bigint, interval, bigint, text) FROM PUBLIC;

@@ -1625,6 +1625,101 @@ fallback_peek(const RlArgs *args, RlOutcome *o)
 		counter_peek(args, o);
 }
 
+/*
+ * rl_refund of an entry of the fallback store: give back the units of the
+ * row (key, ts), if it is still in its window, costs `cost` and was not
+ * given back before. The row is deleted, and every newer row of the key and
+ * its head lose `cost` from their running totals, so that the units of any
+ * window, newest.total - (first.total - first.cost), no longer count it,
+ * and a denial's search over (key, total) stays exact. The head keeps its
+ * time, so the key's next admission is still later than the row given back
+ * and a ticket can never name another row. Writes are made as an admission
+ * makes them: under the claim of the key's head (which waits for an
+ * admission in progress and fails if one committed since the read), or,
+ * for a key without a head, under the key's lock held until commit. Like
+ * every fallback write, it commits or aborts with the transaction. Returns
+ * whether units were given back.
+ */
+bool
+fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us)
+{
+	FbTableId	t = args->algorithm == ALGO_MULTI_LOG ? TBL_MLOG : TBL_LOG;
+	int16		kind = (t == TBL_LOG) ? 1 : 2;
+	text	   *key = stored_key(args);
+	FbScan		s;
+	FbScan		hs;
+	FbHead		hd;
+	FbEntry		e;
+	LOCKTAG		tag;
+	bool		locked = false;
+	bool		given = false;
+
+	scan_open(&s, t, key, RowExclusiveLock);
+	scan_open(&hs, TBL_HEAD, key, RowExclusiveLock);
+	for (;;)
+	{
+		IndexScanDesc scan;
+		FbEntry		later;
+		FbEntry    *moved = NULL;
+		int64	   *expires = NULL;
+		int			nmoved = 0;
+		int			maxmoved = 0;
+
+		CHECK_FOR_INTERRUPTS();
+		head_read(&hs, kind, &hd);
+		if (!hd.found && !locked)
+		{
+			lock_key(key, &tag);
+			locked = true;
+			continue;
+		}
+		scan_first_range(&s, IDX_KEY_TS, ForwardScanDirection,
+						 BTGreaterEqualStrategyNumber, ts, BTLessEqualStrategyNumber, ts, &e);
+		if (!e.found || e.cost != cost || e.ts <= fallback_now() - win_us)
+			break;
+		if (hd.found &&
+			head_write(&hs, kind, &hd, hd.ts, hd.total - cost, hd.expires) != TM_Ok)
+			continue;
+
+		/* Nobody else writes the key now: move the newer rows down. */
+		scan = scan_begin(&s, IDX_KEY_TS, BTGreaterStrategyNumber, ts);
+		while (scan_next(&s, scan, ForwardScanDirection, &later))
+		{
+			bool		isnull;
+
+			if (nmoved == maxmoved)
+			{
+				maxmoved = Max(16, maxmoved * 2);
+				moved = moved ? repalloc(moved, maxmoved * sizeof(FbEntry)) :
+					palloc(maxmoved * sizeof(FbEntry));
+				expires = expires ? repalloc(expires, maxmoved * sizeof(int64)) :
+					palloc(maxmoved * sizeof(int64));
+			}
+			expires[nmoved] = DatumGetInt64(slot_getattr(s.slot, FB_ATT_EXPIRES, &isnull));
+			moved[nmoved++] = later;
+		}
+		index_endscan(scan);
+
+		/*
+		 * A row deleted by someone else meanwhile can only have been swept,
+		 * having left its window: its units no longer count, and moving the
+		 * newer rows down changes no window's units either.
+		 */
+		(void) try_delete(&s, &e.tid);
+		for (int i = 0; i < nmoved; i++)
+			if (try_delete(&s, &moved[i].tid))
+				insert_row(&s, moved[i].ts, moved[i].total - cost, moved[i].cost, expires[i]);
+		CommandCounterIncrement();
+		given = true;
+		break;
+	}
+	scan_close(&hs);
+	scan_close(&s);
+	if (locked && !given)
+		LockRelease(&tag, ExclusiveLock, false);
+	return given;
+}
+
 /* Forget the key in every table, whatever the algorithm. */
 void
 fallback_reset(const RlArgs *args)

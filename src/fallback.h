@@ -14,6 +14,8 @@ extern Oid	fallback_relid(const char *relname);
 extern void fallback_attempt(const RlArgs *args, RlOutcome *o);
 extern void fallback_peek(const RlArgs *args, RlOutcome *o);
 extern void fallback_reset(const RlArgs *args);
+/* rl_refund: give back the entry (ts, cost) of args' log; whether it was. */
+extern bool fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us);
 
 /* Delete up to `want` expired rows; true if some may remain. */
 extern bool fallback_sweep(int want);

@@ -34,6 +34,7 @@
 #include "refund.h"
 #include "stats.h"
 #include "store_redis.h"
+#include "ticket.h"
 
 PG_MODULE_MAGIC;
 
@@ -47,6 +48,8 @@ PG_FUNCTION_INFO_V1(slidewin_enforce_fn);
 PG_FUNCTION_INFO_V1(slidewin_wait);
 PG_FUNCTION_INFO_V1(slidewin_backend_stats);
 PG_FUNCTION_INFO_V1(slidewin_attempt_multi);
+PG_FUNCTION_INFO_V1(slidewin_refund);
+PG_FUNCTION_INFO_V1(slidewin_penalize);
 
 void		_PG_init(void);
 
@@ -547,6 +550,118 @@ slidewin_attempt_multi(PG_FUNCTION_ARGS)
 	enforce_charge(&args, policy_from_name(opt_text(fcinfo, 4), "on_redis_error"),
 				   opt_refund(fcinfo, 5), &o);
 	return limit_result_datum(fcinfo, &args, &o);
+}
+
+/*
+ * rl_refund(key, ticket): give back the units of the entry a ticket names,
+ * now, in the store that recorded it. Idempotent: a ticket handed in twice,
+ * or the entry already given back at ROLLBACK, gives back once; an entry
+ * that has left its window, or that an rl_reset removed, has nothing to
+ * give back (false). A Redis entry is given back at once, whatever becomes
+ * of this transaction, like the entry's admission; a fallback entry with
+ * this transaction, like every fallback write. When Redis cannot answer,
+ * the refund cannot be made (or known to be unneeded), whatever the
+ * failure policy: an ERROR, and the ticket stays good for a retry.
+ */
+Datum
+slidewin_refund(PG_FUNCTION_ARGS)
+{
+	RlArgs		args;
+	RlTicket	t;
+	bool		given = false;
+
+	memset(&args, 0, sizeof(args));
+	limit_check_key(fcinfo, 0, &args);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"ticket\" must not be null"),
+				 errhint("A result has no ticket when it recorded nothing: a denial, an answer of the allow or deny policy, or one of the counting algorithms (sliding_counter, fixed_window, token_bucket), which keep counts, not entries.")));
+	ticket_read(text_to_cstring(PG_GETARG_TEXT_PP(1)), &args, &t);
+	args.algorithm = t.multi ? ALGO_MULTI_LOG : ALGO_SLIDING_LOG;
+	args.cost = t.cost;
+	args.win_us = t.win_us;
+
+	if (t.fallback)
+	{
+		PreventCommandDuringRecovery("rl_refund of an entry of the fallback store");
+		given = fallback_refund(&args, t.ts, t.cost, t.win_us);
+	}
+	else
+	{
+		RedisResult r;
+
+		if (!policy_redis_may_be_tried(&r))
+			policy_unavailable_error(&r);
+		if (!redis_store_refund_now(&args, t.ts, t.cost, t.win_us, &given, &r))
+		{
+			policy_redis_failed(&r);
+			policy_unavailable_error(&r);
+		}
+	}
+	/* After the refund: see deny_cache.c. */
+	if (given)
+		deny_cache_invalidate(deny_cache_key_hash(args.key, args.keylen));
+	PG_RETURN_BOOL(given);
+}
+
+/*
+ * rl_penalize(key, lim, win, cost, on_redis_error): record cost units on
+ * the key's sliding log even over the limit (as shadow mode records a
+ * would-be denial), then report the key as rl_peek sees it afterwards,
+ * with the penalty's ticket (so that it can be forgiven with rl_refund).
+ * cost may exceed lim: the key then stays denied until the penalty leaves
+ * the window.
+ */
+Datum
+slidewin_penalize(PG_FUNCTION_ARGS)
+{
+	RlArgs		args;
+	RlArgs		charge;
+	RlArgs		peek;
+	RlOutcome	o;
+	RlOutcome	p;
+	int64		cost;
+	int			policy;
+
+	limit_check_args(fcinfo, false, &args);
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"cost\" must not be null")));
+	cost = PG_GETARG_INT64(3);
+	if (cost < 1 || cost > RL_MAX_LIMIT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"cost\" must be between 1 and " INT64_FORMAT, RL_MAX_LIMIT)));
+	args.cost = cost;
+	args.force = true;
+	args.algorithm = ALGO_SLIDING_LOG;
+	policy = policy_from_name(opt_text(fcinfo, 4), "on_redis_error");
+
+	/*
+	 * Recorded whatever it meets. A limit of at least cost keeps the
+	 * store's arithmetic for the call itself (its retry_after, which this
+	 * reports nothing of) defined when cost exceeds lim.
+	 */
+	charge = args;
+	charge.lim = Max(args.lim, cost);
+	limit_outcome_judged(&charge, &o);
+	policy_run(policy, &charge, &o, redis_store_attempt, fallback_attempt);
+	/* cached denials of the key may now say too little */
+	deny_cache_invalidate(deny_cache_key_hash(args.key, args.keylen));
+
+	peek = args;
+	peek.cost = 1;
+	peek.force = false;
+	limit_outcome_judged(&peek, &p);
+	policy_run(policy, &peek, &p, redis_store_peek, fallback_peek);
+	if (o.entry_ts >= 0)
+	{
+		p.entry_ts = o.entry_ts;
+		p.store = o.store;		/* the ticket names the store that recorded it */
+	}
+	return limit_result_datum(fcinfo, &args, &p);
 }
 
 /*

@@ -477,6 +477,50 @@ redis_store_refund_exec(const char *rkey, int rkeylen, const char *lkey, int lke
 	script_run(SCRIPT_LOG_REFUND, 2, keys, keylens, 4, args, r);
 }
 
+/*
+ * rl_refund: give back the entry (ts, cost) of args' log now, in normal
+ * context. True with *given set when Redis answered; false when it could
+ * not answer now (the cause in *r). A reply the refund script could not
+ * have given is refused like any other.
+ */
+bool
+redis_store_refund_now(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
+					   bool *given, RedisResult *r)
+{
+	char	   *log;
+	char	   *ledger;
+	int			loglen;
+	int			ledgerlen;
+	char		now[24];
+	int64		dummy;
+	char		why[sizeof(r->message)];
+
+	(void) limit_test_clock(&dummy);	/* parsed here, where that may ERROR */
+	if (!redis_store_refund_clock(now, sizeof(now)))
+		elog(ERROR, "slidewin.test_now could not be read");
+	redis_store_log_keys(args, &log, &loglen, &ledger, &ledgerlen);
+	redis_store_refund_exec(log, loglen, ledger, ledgerlen, ts, cost, win_us, now, r);
+	pfree(log);
+	pfree(ledger);
+	if (!settle(r))
+		return false;
+	switch (reply_refund_verdict(r->reply))
+	{
+		case REFUND_GIVEN:
+			*given = true;
+			break;
+		case REFUND_NOTHING:
+			*given = false;
+			break;
+		default:
+			reply_refund_describe(r->reply, why, sizeof(why));
+			return refuse_reply(r, "%s", why);
+	}
+	freeReplyObject(r->reply);
+	r->reply = NULL;
+	return true;
+}
+
 RefundVerdict
 redis_store_refund_verdict(const redisReply *reply)
 {

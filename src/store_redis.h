@@ -37,6 +37,9 @@ extern bool redis_store_refund_append(const char *rkey, int rkeylen,
 extern void redis_store_refund_exec(const char *rkey, int rkeylen, const char *lkey,
 									int lkeylen, int64 ts, int64 cost, int64 win_us,
 									const char *now, RedisResult *r);
+/* rl_refund's refund, sent now (normal context; false: Redis cannot answer now). */
+extern bool redis_store_refund_now(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
+								   bool *given, RedisResult *r);
 extern RefundVerdict redis_store_refund_verdict(const redisReply *reply);
 extern void redis_store_refund_describe(const redisReply *reply, char *buf, size_t size);
 /* The Redis keys of a user key's log and of its ledger of refunds (palloc'd). */
