@@ -28,7 +28,7 @@ LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION rl_refund(text, text) IS
 'Give back the units of the entry that ticket (from rl_result) names, now: true if they were given back, false if there was nothing to give back (the entry left its window, was reset, or was given back already).';
 
-CREATE FUNCTION rl_penalize(key text, lim bigint, win interval, cost bigint DEFAULT 1,
+CREATE FUNCTION rl_penalize(key text, lim bigint, win interval, cost bigint DEFAULT '1'::bigint,
                             on_redis_error text DEFAULT NULL)
 RETURNS rl_result
 AS 'MODULE_PATHNAME', 'slidewin_penalize'

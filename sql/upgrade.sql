@@ -97,6 +97,8 @@ SELECT ticket IS NULL AS no_entry_no_ticket
 SELECT has_table_privilege('public', 'rl_ticket_secret', 'SELECT') AS public_may_read_secret,
        (SELECT count(*) FROM rl_ticket_secret) AS secrets,
        (SELECT length(secret) FROM rl_ticket_secret) AS secret_bytes;
+SELECT has_function_privilege('public', 'rl_refund(text,text)', 'EXECUTE') AS public_may_refund,
+       has_function_privilege('public', 'rl_penalize(text,bigint,interval,bigint,text)', 'EXECUTE') AS public_may_penalize;
 
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any
