@@ -171,6 +171,10 @@ SELECT rl_refund('g', ticket) AS given FROM t WHERE name = 'g2';
 SELECT remaining FROM rl_attempt('g', 5, '10 seconds', 1, 'fallback');
 SELECT count(*) AS rows, count(DISTINCT ts) AS times, max(total) AS newest_total
   FROM rl_fallback_log WHERE key = 'regress:tk:g';
+-- a Redis entry cannot be given back while Redis cannot answer, whatever
+-- the policy: an error, never "nothing to give back"
+SELECT rl_refund('p', ticket) FROM t WHERE name = 'p1';
+\echo :LAST_ERROR_SQLSTATE
 -- the ticket of one store never reaches the other's entries
 RESET slidewin.redis_url;
 SELECT rl_refund('g', ticket) AS given_again FROM t WHERE name = 'g2';

@@ -185,3 +185,16 @@ END $$;
 SELECT rl_reset('demo:hammer');
 SELECT allowed, remaining, store FROM rl_attempt('demo:hammer', 5, '1 minute');
 
+
+\echo
+\echo '== 10. In a web stack: headers for every response, refunds and penalties after the transaction'
+\echo 'rl_headers turns any result into the response headers (IETF RateLimit draft and X-RateLimit-*):'
+SELECT allowed, rl_headers(r) AS headers FROM rl_attempt('demo:web:acme', 2, '1 minute') r;
+SELECT allowed, ticket FROM rl_attempt('demo:web:acme', 2, '1 minute') \gset demo_
+SELECT allowed, rl_headers(r) AS headers FROM rl_attempt('demo:web:acme', 2, '1 minute') r;
+\echo 'The upstream call of the second request failed: its ticket gives the unit back, once.'
+SELECT rl_refund('demo:web:acme', :'demo_ticket') AS given_back,
+       rl_refund('demo:web:acme', :'demo_ticket') AS given_back_again;
+SELECT allowed, remaining FROM rl_attempt('demo:web:acme', 2, '1 minute');
+\echo 'A client sent garbage: a penalty of 10 units keeps it out for the whole minute.'
+SELECT allowed, remaining, retry_after FROM rl_penalize('demo:web:mallory', 2, '1 minute', 10);

@@ -38,7 +38,7 @@ holder() {
 }
 
 echo
-echo "== 11. Redis Cluster: three masters (ports ${ports[*]})"
+echo "== 12. Redis Cluster: three masters (ports ${ports[*]})"
 echo "slidewin.redis_url = '$url'"
 sql -c "SELECT count(*) FILTER (WHERE (r).allowed) FROM generate_series(1, 6) g, rl_attempt('tenant:' || g, 100, '1 hour') r" >/dev/null
 for t in 1 2 3 4 5 6; do

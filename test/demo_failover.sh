@@ -54,7 +54,7 @@ url="redis-sentinel://$(
 	echo "${sentinels[*]}"
 )/demo"
 echo
-echo "== 10. Sentinel failover: a master, a replica and three sentinels"
+echo "== 11. Sentinel failover: a master, a replica and three sentinels"
 echo "slidewin.redis_url = '$url'"
 echo "The master (port $master_port) is killed after the 4th call; a call every 0.3 s says who answered:"
 
