@@ -7,6 +7,7 @@ SET TimeZone = 'UTC';
 SELECT rl_reset(k) FROM unnest(ARRAY['a', 'b', 'c', 'd', 'm', 'p', 'q', 'f', 'g', 'pen']) AS k;
 CREATE TEMP TABLE t (name text PRIMARY KEY, ticket text);
 
+SELECT refunds AS refunds_before FROM rl_stats \gset
 -- A ticket is 64 characters of base64url; a denial records nothing.
 INSERT INTO t SELECT 'a1', ticket FROM rl_attempt('a', 3, '1 hour', 2);
 SELECT length(ticket) AS ticket_length, ticket ~ '^[A-Za-z0-9_-]+$' AS base64url FROM t WHERE name = 'a1';
@@ -183,6 +184,10 @@ SELECT count(*) AS rows FROM rl_fallback_log WHERE key = 'regress:tk:g';
 INSERT INTO t SELECT 'h1', ticket FROM rl_attempt('g', 5, '10 seconds');
 SELECT store FROM rl_peek('g', 5, '10 seconds');
 DROP TABLE t;
+
+-- rl_stats counts the entries given back: by rl_refund (a1, b1, d2, m1,
+-- p1, pen1, u1, f1, g2, g1) and at ROLLBACK (d1)
+SELECT refunds - :refunds_before AS refunds_counted FROM rl_stats;
 
 -- A new secret makes earlier tickets invalid (in sessions that start after).
 CREATE TABLE regress_tk_old AS SELECT ticket FROM rl_attempt('a', 100, '1 hour');

@@ -601,7 +601,10 @@ slidewin_refund(PG_FUNCTION_ARGS)
 	}
 	/* After the refund: see deny_cache.c. */
 	if (given)
+	{
 		deny_cache_invalidate(deny_cache_key_hash(args.key, args.keylen));
+		stats_refund(true);
+	}
 	PG_RETURN_BOOL(given);
 }
 
