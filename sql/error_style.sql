@@ -178,10 +178,14 @@ SET slidewin.error_show_key = on;
 \echo :LAST_ERROR_SQLSTATE
 SELECT set_config('slidewin.error_show_key', 'on', true);
 \echo :LAST_ERROR_SQLSTATE
+-- (only the SQLSTATE: the wording of this refusal is PostgreSQL's to change)
+\set VERBOSITY sqlstate
 ALTER ROLE regress_es_user SET slidewin.error_show_key = on;
-\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
 SHOW slidewin.error_show_key;
 RESET ROLE;
+SELECT count(*) AS role_settings FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole
+ WHERE r.rolname = 'regress_es_user';
 -- a superuser may, for a role
 ALTER ROLE regress_es_user SET slidewin.error_show_key = on;
 \c - regress_es_user
