@@ -6,7 +6,7 @@ SELECT rl_reset(k) FROM unnest(ARRAY['k', 'shared', 'm', 'mdeny', 'fbk', 'fbm'])
 
 -- Limit 3 per 10 s, four calls at 00:00:09.9, then a peek at 00:00:13.5.
 SET slidewin.test_now = '2030-01-01 00:00:09.9+00';
-SELECT a AS algorithm, (r).*
+SELECT a AS algorithm, (r).allowed, (r).remaining, (r).retry_after, (r).reset_at, (r).store, (r).lim, (r).win
   FROM unnest(ARRAY['sliding_log', 'sliding_counter', 'fixed_window', 'token_bucket']) a,
        LATERAL (SELECT rl_attempt('k', 3, '10 seconds', 1, algorithm => a) AS r
                   FROM generate_series(1, 4) OFFSET 0) calls;
@@ -52,10 +52,10 @@ SELECT rl_reset('public.tb_rows:1');
 -- rl_attempt_multi: 2 per second and 3 per minute. Admitted only if every
 -- window admits; the result describes the most constraining window.
 SET slidewin.test_now = '2030-01-01 02:00:00+00';
-SELECT g, (r).* FROM (SELECT g, rl_attempt_multi('m', ARRAY[2, 3], ARRAY['1 second', '1 minute']::interval[]) AS r
+SELECT g, (r).allowed, (r).remaining, (r).retry_after, (r).reset_at, (r).store, (r).lim, (r).win FROM (SELECT g, rl_attempt_multi('m', ARRAY[2, 3], ARRAY['1 second', '1 minute']::interval[]) AS r
                         FROM generate_series(1, 3) g OFFSET 0) calls;
 SET slidewin.test_now = '2030-01-01 02:00:01.5+00';
-SELECT g, (r).* FROM (SELECT g, rl_attempt_multi('m', ARRAY[2, 3], ARRAY['1 second', '1 minute']::interval[]) AS r
+SELECT g, (r).allowed, (r).remaining, (r).retry_after, (r).reset_at, (r).store, (r).lim, (r).win FROM (SELECT g, rl_attempt_multi('m', ARRAY[2, 3], ARRAY['1 second', '1 minute']::interval[]) AS r
                         FROM generate_series(1, 2) g OFFSET 0) calls;
 -- A denied call spends nothing in any window: 2 units fit the minute but
 -- not the second, and the minute still has room for them afterwards.
@@ -82,7 +82,7 @@ SELECT rl_attempt_multi('m', ARRAY[[1, 2]], ARRAY[['1 second', '1 minute']]::int
 -- The fallback store gives the same answers.
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 SET slidewin.test_now = '2030-01-01 00:00:09.9+00';
-SELECT a AS algorithm, (r).*
+SELECT a AS algorithm, (r).allowed, (r).remaining, (r).retry_after, (r).reset_at, (r).store, (r).lim, (r).win
   FROM unnest(ARRAY['sliding_log', 'sliding_counter', 'fixed_window', 'token_bucket']) a,
        LATERAL (SELECT rl_attempt('fbk', 3, '10 seconds', 1, algorithm => a) AS r
                   FROM generate_series(1, 4) OFFSET 0) calls;
@@ -90,10 +90,10 @@ SET slidewin.test_now = '2030-01-01 00:00:13.5+00';
 SELECT a AS algorithm, (rl_peek('fbk', 3, '10 seconds', algorithm => a)).*
   FROM unnest(ARRAY['sliding_log', 'sliding_counter', 'fixed_window', 'token_bucket']) a;
 SET slidewin.test_now = '2030-01-01 02:00:00+00';
-SELECT g, (r).* FROM (SELECT g, rl_attempt_multi('fbm', ARRAY[2, 3], ARRAY['1 second', '1 minute']::interval[]) AS r
+SELECT g, (r).allowed, (r).remaining, (r).retry_after, (r).reset_at, (r).store, (r).lim, (r).win FROM (SELECT g, rl_attempt_multi('fbm', ARRAY[2, 3], ARRAY['1 second', '1 minute']::interval[]) AS r
                         FROM generate_series(1, 3) g OFFSET 0) calls;
 SET slidewin.test_now = '2030-01-01 02:00:01.5+00';
-SELECT g, (r).* FROM (SELECT g, rl_attempt_multi('fbm', ARRAY[2, 3], ARRAY['1 second', '1 minute']::interval[]) AS r
+SELECT g, (r).allowed, (r).remaining, (r).retry_after, (r).reset_at, (r).store, (r).lim, (r).win FROM (SELECT g, rl_attempt_multi('fbm', ARRAY[2, 3], ARRAY['1 second', '1 minute']::interval[]) AS r
                         FROM generate_series(1, 2) g OFFSET 0) calls;
 SELECT count(*) FROM rl_fallback_state WHERE key = 'regress:algo:fbk';
 SELECT count(*) FROM rl_fallback_mlog WHERE key = 'regress:algo:fbm';

@@ -28,6 +28,8 @@ END $$;
 SET slidewin.error_style = postgrest;
 SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('e1', 2, '1 minute');
 \echo :LAST_ERROR_SQLSTATE
+-- with slidewin.error_show_key on, the message names the key, escaped
+SET slidewin.error_show_key = on;
 SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_enforce('we"ird\key', 1, '10 seconds');
 SELECT rl_enforce('we"ird\key', 1, '10 seconds');
 DO $$
@@ -40,11 +42,12 @@ EXCEPTION WHEN OTHERS THEN
   RAISE NOTICE 'sqlstate: %', st;
   RAISE NOTICE 'message: %', msg;
   RAISE NOTICE 'detail: %', det;
-  RAISE NOTICE 'parsed: code=% status=% retry-after=% limit=% remaining=% reset=%',
+  RAISE NOTICE 'parsed: code=% status=% retry-after=% policy=% ratelimit=%',
     msg::json ->> 'code', det::json ->> 'status',
-    det::json -> 'headers' ->> 'Retry-After', det::json -> 'headers' ->> 'RateLimit-Limit',
-    det::json -> 'headers' ->> 'RateLimit-Remaining', det::json -> 'headers' ->> 'RateLimit-Reset';
+    det::json -> 'headers' ->> 'Retry-After', det::json -> 'headers' ->> 'RateLimit-Policy',
+    det::json -> 'headers' ->> 'RateLimit';
 END $$;
+RESET slidewin.error_show_key;
 SET slidewin.error_style = 'graphql';
 RESET slidewin.error_style;
 

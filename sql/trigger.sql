@@ -1,4 +1,7 @@
 -- rl_trigger: quotas charged by the rows a statement writes.
+-- The denials below name their key (slidewin.error_show_key), so that each
+-- shows which tenant's quota refused the row.
+SET slidewin.error_show_key = on;
 SET slidewin.key_prefix = 'regress:trg:';
 SET slidewin.test_now = '2030-01-01 00:00:00+00';
 SET slidewin.redis_retry_interval = 0;

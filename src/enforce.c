@@ -26,6 +26,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "denial.h"
 #include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
@@ -40,6 +41,7 @@
 bool		slidewin_enforce = true;
 int			slidewin_log_denials = -1;
 int			slidewin_error_style = ERROR_STYLE_POSTGRES;
+bool		slidewin_error_show_key = false;
 
 /* -1 means off: no message at all. */
 const struct config_enum_entry log_denials_options[] = {
@@ -55,6 +57,7 @@ const struct config_enum_entry log_denials_options[] = {
 const struct config_enum_entry error_style_options[] = {
 	{"postgres", ERROR_STYLE_POSTGRES, false},
 	{"postgrest", ERROR_STYLE_POSTGREST, false},
+	{"json", ERROR_STYLE_JSON, false},
 	{NULL, 0, false}
 };
 
@@ -157,22 +160,27 @@ enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
 	stats_count_call(args, o, charge_call(args, policy, refund, true, o));
 }
 
-void
-enforce_raise_denied(const RlArgs *args, const RlOutcome *o)
-{
-	enforce_raise_denied_detail(args, o, NULL, NULL);
-}
+/*
+ * The denial error, in slidewin.error_style. Its message, detail and hint
+ * may reach an HTTP client (PostgREST passes them on), so they name the key
+ * only under slidewin.error_show_key; log_denial names it in the server log.
+ * can_retry false: no retry can pass, so the json and postgrest styles give
+ * no retry time.
+ */
+SLIDEWIN_NORETURN static void raise_denied(const RlArgs *args, const RlOutcome *o,
+										   const char *detail_text, const char *hint_text,
+										   bool can_retry);
 
-void
-enforce_raise_denied_detail(const RlArgs *args, const RlOutcome *o,
-							const char *detail_text, const char *hint_text)
+static void
+raise_denied(const RlArgs *args, const RlOutcome *o, const char *detail_text,
+			 const char *hint_text, bool can_retry)
 {
-	char	   *key = key_text(args);
-	int64		secs = retry_seconds(o);
-	char	   *message = psprintf("rate limit exceeded for key \"%s\"", key);
+	char	   *key = slidewin_error_show_key ? key_text(args) : NULL;
+	char	   *message = key ? psprintf("rate limit exceeded for key \"%s\"", key) :
+		pstrdup("rate limit exceeded");
 	char	   *detail;
 	char	   *hint = hint_text ? pstrdup(hint_text) :
-		psprintf("Retry after " INT64_FORMAT " seconds.", secs);
+		psprintf("Retry after " INT64_FORMAT " seconds.", retry_seconds(o));
 
 	if (detail_text)
 		detail = pstrdup(detail_text);
@@ -182,24 +190,18 @@ enforce_raise_denied_detail(const RlArgs *args, const RlOutcome *o,
 	else
 		detail = pstrdup("Redis could not answer and the failure policy denied the call.");
 
-	if (slidewin_error_style == ERROR_STYLE_POSTGREST)
+	if (slidewin_error_style == ERROR_STYLE_JSON)
+	{
+		StringInfoData d;
+
+		initStringInfo(&d);
+		denial_detail_json(&d, args, o, can_retry, denial_now_us(), key);
+		detail = d.data;
+	}
+	else if (slidewin_error_style == ERROR_STYLE_POSTGREST)
 	{
 		StringInfoData m;
 		StringInfoData d;
-		int64		reset = 0;
-
-		if (o->known)
-		{
-			TimestampTz now = GetCurrentTimestamp() +
-				((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
-			int64		now_us;
-
-			if (limit_test_clock(&now_us))
-				now = now_us;
-			reset = Max((o->reset_at_us - now + USECS_PER_SEC - 1) / USECS_PER_SEC, 0);
-		}
-		else
-			reset = secs;
 
 		initStringInfo(&m);
 		appendStringInfoString(&m, "{\"code\":\"RL429\",\"message\":");
@@ -211,13 +213,9 @@ enforce_raise_denied_detail(const RlArgs *args, const RlOutcome *o,
 		appendStringInfoChar(&m, '}');
 
 		initStringInfo(&d);
-		appendStringInfo(&d,
-						 "{\"status\":429,\"status_text\":\"Too Many Requests\",\"headers\":{"
-						 "\"Retry-After\":\"" INT64_FORMAT "\","
-						 "\"RateLimit-Limit\":\"" INT64_FORMAT "\","
-						 "\"RateLimit-Remaining\":\"" INT64_FORMAT "\","
-						 "\"RateLimit-Reset\":\"" INT64_FORMAT "\"}}",
-						 secs, args->lim, o->known ? o->remaining : 0, reset);
+		appendStringInfoString(&d, "{\"status\":429,\"status_text\":\"Too Many Requests\",\"headers\":");
+		denial_headers(&d, o, can_retry, denial_now_us());
+		appendStringInfoChar(&d, '}');
 		ereport(ERROR,
 				(errcode(ERRCODE_POSTGREST),
 				 errmsg_internal("%s", m.data),
@@ -229,6 +227,26 @@ enforce_raise_denied_detail(const RlArgs *args, const RlOutcome *o,
 			 errdetail_internal("%s", detail),
 			 errhint("%s", hint)));
 	pg_unreachable();
+}
+
+void
+enforce_raise_denied(const RlArgs *args, const RlOutcome *o)
+{
+	raise_denied(args, o, NULL, NULL, true);
+}
+
+void
+enforce_raise_never(const RlArgs *args, const char *detail, const char *hint)
+{
+	RlOutcome	o;
+
+	memset(&o, 0, sizeof(o));
+	limit_outcome_judged(args, &o);
+	o.allowed = false;
+	o.known = false;
+	o.store = "none";
+	o.recorded_ts = -1;
+	raise_denied(args, &o, detail, hint, false);
 }
 
 /*

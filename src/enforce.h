@@ -13,12 +13,14 @@
 typedef enum ErrorStyle
 {
 	ERROR_STYLE_POSTGRES,
-	ERROR_STYLE_POSTGREST
+	ERROR_STYLE_POSTGREST,
+	ERROR_STYLE_JSON
 } ErrorStyle;
 
 extern bool slidewin_enforce;
 extern int	slidewin_log_denials;
 extern int	slidewin_error_style;
+extern bool slidewin_error_show_key;
 extern const struct config_enum_entry log_denials_options[];
 extern const struct config_enum_entry error_style_options[];
 
@@ -31,11 +33,18 @@ extern const struct config_enum_entry error_style_options[];
  */
 extern void enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o);
 
-/* Raise SQLSTATE RL429 (or PGRST, under error_style postgrest). */
+/*
+ * Raise SQLSTATE RL429 (or PGRST, under error_style postgrest). The text
+ * names the key only under slidewin.error_show_key.
+ */
 SLIDEWIN_NORETURN extern void enforce_raise_denied(const RlArgs *args, const RlOutcome *o);
-/* The same, with the detail and hint given (NULL: the usual ones). */
-SLIDEWIN_NORETURN extern void enforce_raise_denied_detail(const RlArgs *args, const RlOutcome *o,
-														  const char *detail, const char *hint);
+
+/*
+ * The same for a call that needs more units than its limit, so that no
+ * retry can pass; detail and hint are the default style's.
+ */
+SLIDEWIN_NORETURN extern void enforce_raise_never(const RlArgs *args, const char *detail,
+												  const char *hint);
 
 /* Charge, sleeping on the latch until admitted or timeout_us has passed. */
 extern void enforce_wait(const RlArgs *args, int policy, bool refund,

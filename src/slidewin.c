@@ -338,12 +338,27 @@ define_settings(void)
 
 	DefineCustomEnumVariable("slidewin.error_style",
 							 gettext_noop("How rl_enforce and rl_trigger report a denial."),
-							 gettext_noop("postgres raises SQLSTATE RL429; postgrest raises PGRST with "
+							 gettext_noop("postgres raises SQLSTATE RL429 with an English detail; json "
+										  "raises RL429 with a JSON detail; postgrest raises PGRST with "
 										  "the JSON PostgREST turns into an HTTP 429 response."),
 							 &slidewin_error_style,
 							 ERROR_STYLE_POSTGRES,
 							 error_style_options,
 							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	/*
+	 * SUSET: keys may be built from what a client must not see (an API key's
+	 * row, an address), and a denial's text can reach that client.
+	 */
+	DefineCustomBoolVariable("slidewin.error_show_key",
+							 gettext_noop("Whether a denial's message names the key."),
+							 gettext_noop("The message, detail and hint of a denial can reach the client; "
+										  "slidewin.log_denials names the key in the log either way."),
+							 &slidewin_error_show_key,
+							 false,
+							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
 

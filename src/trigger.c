@@ -392,9 +392,6 @@ fire_statement(TriggerData *td, const TrigConf *c)
 		if (a.cost > a.lim)
 		{
 			/* Can never pass: a denial, not bad input. */
-			memset(&o, 0, sizeof(o));
-			o.known = false;
-			o.retry_us = a.win_us;
 			if (!slidewin_enforce)
 			{
 				ereport(slidewin_log_denials >= 0 ? slidewin_log_denials : DEBUG1,
@@ -404,10 +401,10 @@ fire_statement(TriggerData *td, const TrigConf *c)
 				continue;
 			}
 			refund_since(mark);
-			enforce_raise_denied_detail(&a, &o,
-										psprintf("The statement needs " INT64_FORMAT " units, more than the limit " INT64_FORMAT ".",
-												 a.cost, a.lim),
-										"Split the statement into smaller ones.");
+			enforce_raise_never(&a,
+								psprintf("The statement needs " INT64_FORMAT " units, more than the limit " INT64_FORMAT ".",
+										 a.cost, a.lim),
+								"Split the statement into smaller ones.");
 		}
 		/* Remember every admission, so that a later denial can undo it. */
 		enforce_charge(&a, c->policy, true, &o);

@@ -110,7 +110,7 @@ SELECT remaining FROM rl_peek('demo:render:globex', 10, '1 hour');
 SELECT * FROM rl_backend_stats();
 
 \echo
-\echo '== 7. Denials as errors: rl_enforce raises RL429, or the JSON PostgREST turns into HTTP 429'
+\echo '== 7. Denials as errors: rl_enforce raises RL429 (with a JSON detail if asked), or the JSON PostgREST turns into HTTP 429'
 SELECT allowed, remaining FROM rl_enforce('demo:api:erin', 1, '1 minute');
 \set ON_ERROR_STOP off
 SELECT allowed, remaining FROM rl_enforce('demo:api:erin', 1, '1 minute');
@@ -131,6 +131,19 @@ EXCEPTION WHEN SQLSTATE 'PGRST' THEN
     RAISE NOTICE 'SQLSTATE: %', state;
     RAISE NOTICE 'message, the response body: %', msg;
     RAISE NOTICE 'detail, the status and headers: %', detail;
+END $$;
+\echo 'With slidewin.error_style = json: still RL429, and a DETAIL a program can parse:'
+SET slidewin.error_style = json;
+DO $$
+DECLARE
+    detail jsonb;
+BEGIN
+    PERFORM rl_enforce('demo:api:erin', 1, '1 minute');
+    RAISE EXCEPTION 'the call was admitted, but a denial was expected';
+EXCEPTION WHEN SQLSTATE 'RL429' THEN
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+    RAISE NOTICE 'retry_after_ms %, Retry-After %, the whole detail: %',
+        detail ->> 'retry_after_ms', detail -> 'headers' ->> 'Retry-After', detail;
 END $$;
 RESET slidewin.error_style;
 

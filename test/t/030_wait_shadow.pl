@@ -318,7 +318,7 @@ my ($n_out, $n_err) = session_as('normal', $attempt
 is($n_out, join("\n", 'false/0/true/redis', 'false/0/true/redis', 'f', 'on'),
 	'normal: denied on the same key (rl_attempt, rl_wait, rl_allow)');
 is(sqlstates($n_err), 'RL429', 'normal: rl_enforce raises RL429');
-like($n_err, qr/rate limit exceeded for key "ws:shadow"/, 'normal: the RL429 message');
+like($n_err, qr/ERROR:\s+RL429: rate limit exceeded$/m, 'normal: the RL429 message, without the key');
 unlike($n_err, $no_denial_msg, 'normal: no denial message by default');
 is(superuser_sql(q{SELECT remaining FROM rl_peek('ws:shadow', 100, '1 hour')}),
 	'92', 'the denied calls of normal recorded nothing');

@@ -29,8 +29,11 @@ use Time::HiRes qw(usleep);
 use SlidewinTest;
 
 my $redis = SlidewinTest::start_redis();
+# Denials name their key (slidewin.error_show_key), so that the checks after
+# the restore see which quota refused a row.
 my $node = SlidewinTest::new_node('crash', $redis,
-	[ "shared_preload_libraries = 'slidewin'", 'restart_after_crash = on' ]);
+	[ "shared_preload_libraries = 'slidewin'", 'restart_after_crash = on',
+	  'slidewin.error_show_key = on' ]);
 
 # A port where nothing listens: Redis is unreachable for a session that
 # sets it.
