@@ -13,6 +13,7 @@ Configuration, all from the environment:
 Run with `python3 app.py`.
 """
 
+import atexit
 import os
 from typing import Optional
 
@@ -27,14 +28,16 @@ KEY_PREFIX = os.environ.get("RL_KEY_PREFIX", "hello:")
 if LIMIT < 1:
     raise SystemExit(f"RL_LIMIT must be a positive integer, not {LIMIT}")
 
-# A synchronous pool, opened when the module loads: Debian 12's FastAPI 0.92
-# predates lifespan handlers, and FastAPI runs a plain `def` route in its
-# thread pool, so a blocking query does not hold up the event loop.
+# A synchronous pool, opened when the module loads and closed at exit:
+# Debian 12's FastAPI 0.92 predates lifespan handlers. FastAPI runs a plain
+# `def` route in its thread pool, so a blocking query does not hold up the
+# event loop.
 # Behind PgBouncer before 1.21 in transaction mode, add
 # kwargs={"prepare_threshold": None}: psycopg prepares a statement it has run
 # five times on a connection, and such named statements break there (see
 # doc/poolers.md).
 pool = ConnectionPool("", min_size=1, max_size=10, timeout=5, open=True)
+atexit.register(pool.close)
 
 # One statement, one round trip: the decision and its headers together.
 # rl_headers returns jsonb, which psycopg loads into a dict of header strings,
