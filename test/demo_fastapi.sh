@@ -31,7 +31,7 @@ for ((i = 0; i < 100; i++)); do
 done
 
 echo
-echo "== 12. An HTTP API: examples/fastapi, 5 requests per minute per tenant"
+echo "== 13. An HTTP API: examples/fastapi, 5 requests per minute per tenant"
 echo "python3 app.py on 127.0.0.1:$app_port; each answer carries the headers of rl_headers:"
 # Every header of the first answer and of the first refusal; of the others,
 # the state (RateLimit) and Retry-After.
