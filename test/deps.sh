@@ -76,6 +76,11 @@ packages=(
 	gnuplot-nox
 	debootstrap
 	pgbouncer
+	nodejs
+	python3-fastapi
+	uvicorn
+	python3-psycopg
+	python3-psycopg-pool
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
@@ -89,6 +94,22 @@ installed() {
 	status=$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) || return 1
 	[[ $status == *"install ok installed"* ]]
 }
+
+# provided NAME: an installed package provides the virtual package NAME.
+provided() {
+	dpkg-query -W -f='${db:Status-Abbrev}|${Provides}\n' 2>/dev/null | awk -F'|' -v want="$1" '
+		$1 ~ /^ii/ {
+			n = split($2, p, /, */)
+			for (i = 1; i <= n; i++) { sub(/ .*/, "", p[i]); if (p[i] == want) found = 1 }
+		}
+		END { exit !found }'
+}
+
+# npm (examples/express): Debian's package, unless the installed nodejs
+# already ships one (NodeSource's nodejs provides npm and conflicts with it).
+if installed npm || ! provided npm; then
+	packages+=(npm)
+fi
 
 missing_packages() {
 	local p

@@ -117,6 +117,15 @@ setup() {
 	mkdir -p "$root/slidewin"
 	tar -C "$repo" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
 		--exclude=./test/fuzz/build -cf - . | tar -C "$root/slidewin" -xf - || return 1
+	# The local certificate authorities the host trusts (a company's, a
+	# proxy's) are trusted inside too: TAP 130 runs `npm ci`, which reaches
+	# the npm registry over TLS as it does from the host.
+	local cas=(/usr/local/share/ca-certificates/*.crt)
+	if [[ -f ${cas[0]} ]]; then
+		mkdir -p "$root/usr/local/share/ca-certificates"
+		cp "${cas[@]}" "$root/usr/local/share/ca-certificates/" || return 1
+		run_in "$root" 'update-ca-certificates' >>"$log" 2>&1 || return 1
+	fi
 	run_in "$root" 'cd /slidewin && bash test/deps.sh' >>"$log" 2>&1 || return 1
 	return 0
 }
