@@ -37,3 +37,39 @@ COMMENT ON FUNCTION rl_penalize(text, bigint, interval, bigint, text) IS
 'Charge cost units to key''s sliding log even over lim (cost may exceed lim), then report the key as rl_peek does, with the penalty''s ticket.';
 -- Charging another tenant's key over its limit is the DBA's to grant.
 REVOKE EXECUTE ON FUNCTION rl_penalize(text, bigint, interval, bigint, text) FROM PUBLIC;
+
+-- Concurrency slots: at most max holders of a key at once, each until its
+-- top-level transaction ends (or its lease does, if it dies).
+CREATE TYPE rl_lease AS (acquired boolean, holders bigint, store text);
+COMMENT ON TYPE rl_lease IS
+'Outcome of rl_acquire: whether a slot is held, how many holders the key has (NULL when no store answered), and which store answered.';
+
+CREATE FUNCTION rl_acquire(key text, max bigint, lease interval DEFAULT '10 minutes',
+                           timeout interval DEFAULT '0', on_redis_error text DEFAULT NULL,
+                           raise boolean DEFAULT false)
+RETURNS rl_lease
+AS 'MODULE_PATHNAME', 'slidewin_acquire'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_acquire(text, bigint, interval, interval, text, boolean) IS
+'Take one of max slots of key until the transaction ends (COMMIT, ROLLBACK, or the ROLLBACK TO SAVEPOINT that undoes it), waiting up to timeout for one to free; a dead holder''s slot frees when its lease ends. With raise, no free slot raises RL429.';
+
+CREATE FUNCTION rl_release(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'slidewin_release'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_release(text) IS
+'Give this transaction''s slot of key back now; whether it held one.';
+
+CREATE FUNCTION rl_renew(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'slidewin_renew'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_renew(text) IS
+'Start the lease of this transaction''s slot of key again; false if it no longer holds one (its lease ended).';
+
+CREATE FUNCTION rl_holders(key text, on_redis_error text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'slidewin_holders'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_holders(text, text) IS
+'The number of live holders of key''s slots.';

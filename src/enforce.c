@@ -250,6 +250,73 @@ enforce_raise_never(const RlArgs *args, const char *detail, const char *hint)
 }
 
 /*
+ * rl_acquire(..., raise => true) found no free slot: RL429 in the
+ * configured style. holders is -1 when no store answered; wait_us, when a
+ * slot may free at the latest (0: unknown). A release may come sooner, so
+ * the hint and Retry-After say at most that.
+ */
+void
+enforce_raise_slots(const RlArgs *key, int64 max, int64 holders, int64 wait_us)
+{
+	char	   *k = slidewin_error_show_key ? key_text(key) : NULL;
+	char	   *message = k ? psprintf("concurrency limit reached for key \"%s\"", k) :
+		pstrdup("concurrency limit reached");
+	int64		secs = Max((wait_us + USECS_PER_SEC - 1) / USECS_PER_SEC, 1);
+	char	   *detail = holders >= 0 ?
+		psprintf(INT64_FORMAT " of " INT64_FORMAT " slots are held.", holders, max) :
+		pstrdup("Redis could not answer and the failure policy denied the call.");
+	char	   *hint = wait_us > 0 ?
+		psprintf("A slot frees when a holder's transaction ends, and at the latest in %s, when a lease ends.",
+				 window_text(secs * USECS_PER_SEC)) :
+		pstrdup("A slot frees when a holder's transaction ends.");
+
+	if (slidewin_error_style == ERROR_STYLE_JSON)
+	{
+		StringInfoData d;
+
+		initStringInfo(&d);
+		appendStringInfo(&d, "{\"kind\":\"concurrency\",\"limit\":" INT64_FORMAT ",\"holders\":", max);
+		if (holders >= 0)
+			appendStringInfo(&d, INT64_FORMAT, holders);
+		else
+			appendStringInfoString(&d, "null");
+		appendStringInfo(&d, ",\"retry_after_ms\":" INT64_FORMAT
+						 ",\"headers\":{\"Retry-After\":\"" INT64_FORMAT "\"}",
+						 (wait_us + 999) / 1000, secs);
+		if (k)
+		{
+			appendStringInfoString(&d, ",\"key\":");
+			escape_json(&d, k);
+		}
+		appendStringInfoChar(&d, '}');
+		detail = d.data;
+	}
+	else if (slidewin_error_style == ERROR_STYLE_POSTGREST)
+	{
+		StringInfoData m;
+
+		initStringInfo(&m);
+		appendStringInfoString(&m, "{\"code\":\"RL429\",\"message\":");
+		escape_json(&m, message);
+		appendStringInfoString(&m, ",\"details\":");
+		escape_json(&m, detail);
+		appendStringInfoString(&m, ",\"hint\":");
+		escape_json(&m, hint);
+		appendStringInfoChar(&m, '}');
+		ereport(ERROR,
+				(errcode(ERRCODE_POSTGREST),
+				 errmsg_internal("%s", m.data),
+				 errdetail_internal("{\"status\":429,\"status_text\":\"Too Many Requests\",\"headers\":{\"Retry-After\":\"" INT64_FORMAT "\"}}", secs)));
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_RATE_LIMITED),
+			 errmsg_internal("%s", message),
+			 errdetail_internal("%s", detail),
+			 errhint("%s", hint)));
+	pg_unreachable();
+}
+
+/*
  * Try, and while denied sleep on the latch until the store's retry time (or
  * the deadline, if sooner), then try again. The latch wakes us for
  * cancellation, statement_timeout and postmaster death, so the wait is

@@ -18,6 +18,8 @@
 #define RL_MAX_WINDOW_DAYS 3650
 
 #define RL_MAX_WINDOWS 8
+/* The longest lease of a concurrency slot (rl_acquire). */
+#define RL_MAX_LEASE_US ((int64) USECS_PER_DAY)
 
 typedef struct RlArgs
 {

@@ -87,6 +87,15 @@ typedef enum EntryState
 	ENTRY_DONE
 } EntryState;
 
+/* What an entry gives back: a refund's units, or a concurrency slot. */
+typedef enum EntryKind
+{
+	KIND_REFUND,				/* an admission's units (rkey: log, lkey: ledger) */
+	KIND_RELEASE				/* a slot of rl_acquire (rkey: holders, lkey:
+								 * wake-up list, holder: its name), released at
+								 * commit as well as at abort */
+} EntryKind;
+
 typedef struct RefundEntry
 {
 	int64		ts;
@@ -96,6 +105,7 @@ typedef struct RefundEntry
 	uint32		target;			/* redis_target_id() when recorded */
 	SubTransactionId subid;
 	uint8		state;
+	uint8		kind;			/* EntryKind */
 	uint8		tries;			/* transient failures so far */
 	bool		ever_sent;		/* Redis may have applied it */
 	int16		link;			/* Redis Cluster: the link it was sent on */
@@ -103,6 +113,7 @@ typedef struct RefundEntry
 	int			rkeylen;
 	int			lkeylen;
 	char	   *lkey;			/* the ledger's Redis key, after rkey */
+	char	   *holder;			/* KIND_RELEASE: the holder's name, after lkey */
 	char		rkey[FLEXIBLE_ARRAY_MEMBER];	/* the log's Redis key */
 } RefundEntry;
 
@@ -139,12 +150,13 @@ static bool exit_registered = false;
  * script. On any other, the first refund sent is an EVAL, so that a refund
  * sent at abort is applied at once even by a Redis that never saw it.
  */
-static uint64 script_known_on = 0;
+static uint64 script_known_on[2] = {0, 0};
 
 static RedisStatus pipeline_hook(RedisResult *result);
 static RefundEntry *next_sent(void);
 static void settle(RefundEntry *e, redisReply *reply, int level);
 static void refund_at_exit(int code, Datum arg);
+static void refund_from_abort(int from);
 
 /* ---------------------------------------------------------------------
  * Memory (normal context only)
@@ -227,6 +239,8 @@ refund_remember(const RlArgs *args, int64 recorded_ts)
 	e->lkey = e->rkey + keylen + 1;
 	memcpy(e->lkey, lkey, lkeylen + 1);
 	e->lkeylen = lkeylen;
+	e->kind = KIND_REFUND;
+	e->holder = NULL;
 	e->ts = recorded_ts;
 	e->cost = args->cost;
 	e->win_us = args->win_us;
@@ -241,6 +255,140 @@ refund_remember(const RlArgs *args, int64 recorded_ts)
 	live[n_live++] = e;
 	pfree(key);
 	pfree(lkey);
+}
+
+/*
+ * A concurrency slot this transaction holds in Redis (lease.c): released
+ * at commit, at abort, or at the abort of the subtransaction that took it,
+ * on the same path as refunds.
+ */
+void
+refund_remember_release(const RlArgs *args, const char *holder, int64 lease_us)
+{
+	RefundEntry *e;
+	char	   *hkey;
+	char	   *wkey;
+	int			hlen;
+	int			wlen;
+	int			holderlen = strlen(holder);
+
+	if (!exit_registered)
+	{
+		on_shmem_exit(refund_at_exit, (Datum) 0);
+		exit_registered = true;
+	}
+	scripts_prepare();
+	reserve();
+	redis_store_sem_keys(args, &hkey, &hlen, &wkey, &wlen);
+	e = MemoryContextAlloc(refund_cxt, offsetof(RefundEntry, rkey) + hlen + wlen + holderlen + 3);
+	memset(e, 0, offsetof(RefundEntry, rkey));
+	memcpy(e->rkey, hkey, hlen + 1);
+	e->rkeylen = hlen;
+	e->lkey = e->rkey + hlen + 1;
+	memcpy(e->lkey, wkey, wlen + 1);
+	e->lkeylen = wlen;
+	e->holder = e->lkey + wlen + 1;
+	memcpy(e->holder, holder, holderlen + 1);
+	e->kind = KIND_RELEASE;
+	e->win_us = lease_us;
+	e->target = redis_target_id();
+	e->subid = GetCurrentSubTransactionId();
+	e->state = ENTRY_LIVE;
+	e->link = -1;
+	live[n_live++] = e;
+	pfree(hkey);
+	pfree(wkey);
+}
+
+/* The live slot of this transaction on the holders key hkey, or -1. */
+static int
+find_release(const char *hkey, int hkeylen)
+{
+	for (int i = 0; i < n_live; i++)
+		if (live[i]->kind == KIND_RELEASE && live[i]->rkeylen == hkeylen &&
+			memcmp(live[i]->rkey, hkey, hkeylen) == 0)
+			return i;
+	return -1;
+}
+
+/*
+ * The holder's name of this transaction's slot on args' key (palloc'd), or
+ * NULL; *lease_us (if not NULL) its lease.
+ */
+char *
+refund_held_slot(const RlArgs *args, int64 *lease_us)
+{
+	char	   *hkey;
+	char	   *wkey;
+	int			hlen;
+	int			wlen;
+	int			i;
+
+	redis_store_sem_keys(args, &hkey, &hlen, &wkey, &wlen);
+	i = find_release(hkey, hlen);
+	pfree(hkey);
+	pfree(wkey);
+	if (i >= 0 && lease_us)
+		*lease_us = live[i]->win_us;
+	return i < 0 ? NULL : pstrdup(live[i]->holder);
+}
+
+/*
+ * rl_release: stop tracking this transaction's slot on args' key, so that
+ * the caller releases it now; its holder's name (palloc'd), or NULL if the
+ * transaction holds none there.
+ */
+char *
+refund_take_slot(const RlArgs *args)
+{
+	char	   *holder = refund_held_slot(args, NULL);
+	char	   *hkey;
+	char	   *wkey;
+	int			hlen;
+	int			wlen;
+	int			i;
+
+	if (holder == NULL)
+		return NULL;
+	redis_store_sem_keys(args, &hkey, &hlen, &wkey, &wlen);
+	i = find_release(hkey, hlen);
+	pfree(live[i]);
+	memmove(live + i, live + i + 1, (n_live - i - 1) * sizeof(RefundEntry *));
+	n_live--;
+	pfree(hkey);
+	pfree(wkey);
+	return holder;
+}
+
+/* Whether this transaction holds a slot in Redis (PREPARE refuses it). */
+static bool
+holds_slots(void)
+{
+	for (int i = 0; i < n_live; i++)
+		if (live[i]->kind == KIND_RELEASE)
+			return true;
+	return false;
+}
+
+/*
+ * At commit: the refunds are forgotten (their units stay spent) and the
+ * slots are released, as at abort (no allocation, no ERROR).
+ */
+static void
+release_at_commit(void)
+{
+	int			kept = 0;
+
+	for (int i = 0; i < n_live; i++)
+	{
+		if (live[i]->kind == KIND_RELEASE)
+			live[kept++] = live[i];
+		else
+			pfree(live[i]);
+	}
+	n_live = kept;
+	if (n_live > 0)
+		refund_from_abort(0);
 }
 
 /* ---------------------------------------------------------------------
@@ -265,7 +413,8 @@ queue_live_from(int from)
 
 		Assert(n_queue < max_queue);
 		e->state = ENTRY_PENDING;
-		deny_cache_refund_begin(e->key_hash);
+		if (e->kind == KIND_REFUND)
+			deny_cache_refund_begin(e->key_hash);
 		if (q_send > n_queue)
 			q_send = n_queue;
 		queue[n_queue++] = e;
@@ -279,12 +428,15 @@ finish(RefundEntry *e, bool given_back)
 	if (e->state == ENTRY_SENT)
 		n_sent--;
 	e->state = ENTRY_DONE;
-	if (given_back)
+	if (e->kind == KIND_REFUND)
 	{
-		refund_done_count++;
-		stats_refund(true);
+		if (given_back)
+		{
+			refund_done_count++;
+			stats_refund(true);
+		}
+		deny_cache_refund_end(e->key_hash, e->ever_sent);
 	}
-	deny_cache_refund_end(e->key_hash, e->ever_sent);
 	while (q_head < n_queue && queue[q_head]->state == ENTRY_DONE)
 		q_head++;
 }
@@ -303,6 +455,17 @@ reclaim_lost(void)
 	q_reply = n_queue;
 }
 
+/* Queue one entry's command on the pipeline (abort-safe). */
+static bool
+append_entry(RefundEntry *e, const char *now, bool eval)
+{
+	if (e->kind == KIND_RELEASE)
+		return redis_store_release_append(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
+										  e->holder, eval);
+	return redis_store_refund_append(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
+									 e->ts, e->cost, e->win_us, now, eval);
+}
+
 /*
  * Append every pending refund for the current server to the connection's
  * pipeline. Returns false if the connection could not take them (it is then
@@ -315,13 +478,14 @@ append_pending(void)
 {
 	char		now[24];
 	uint32		target = redis_target_id();
-	bool		evaled;
+	bool		evaled[2];
 	int			first_pending = -1;
 
 	if (redis_target_is_cluster() || !redis_pipeline_ready())
 		return false;
 	reclaim_lost();
-	evaled = (script_known_on == redis_connection_id());
+	for (int k = 0; k < 2; k++)
+		evaled[k] = (script_known_on[k] == redis_connection_id());
 	if (!redis_store_refund_clock(now, sizeof(now)))
 		return true;			/* the test clock is not parsed: later */
 	for (int i = Max(q_send, q_head); i < n_queue; i++)
@@ -338,14 +502,13 @@ append_pending(void)
 				first_pending = i;
 			continue;
 		}
-		eval = !evaled;
-		if (!redis_store_refund_append(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
-									   e->ts, e->cost, e->win_us, now, eval))
+		eval = !evaled[e->kind];
+		if (!append_entry(e, now, eval))
 		{
 			q_send = Min(q_send, i);
 			return false;
 		}
-		evaled |= eval;
+		evaled[e->kind] |= eval;
 		e->state = ENTRY_SENT;
 		e->ever_sent = true;
 		n_sent++;
@@ -370,7 +533,7 @@ cluster_push_pending(TimestampTz deadline)
 {
 	char		now[24];
 	uint32		target = redis_target_id();
-	bool		evaled[REDIS_MAX_LINK_COUNT] = {false};
+	bool		evaled[REDIS_MAX_LINK_COUNT][2] = {{false}};
 	bool		touched[REDIS_MAX_LINK_COUNT] = {false};
 
 	if (!redis_store_refund_clock(now, sizeof(now)))
@@ -388,10 +551,9 @@ cluster_push_pending(TimestampTz deadline)
 		redis_select_link(l);
 		if (!redis_pipeline_ready())
 			continue;
-		if (!redis_store_refund_append(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
-									   e->ts, e->cost, e->win_us, now, !evaled[l]))
+		if (!append_entry(e, now, !evaled[l][e->kind]))
 			continue;
-		evaled[l] = true;
+		evaled[l][e->kind] = true;
 		touched[l] = true;
 		e->state = ENTRY_SENT;
 		e->ever_sent = true;
@@ -558,6 +720,14 @@ refund_from_abort(int from)
 static void
 warn_dropped(int level, RefundEntry *e, const char *why)
 {
+	if (e->kind == KIND_RELEASE)
+	{
+		ereport(level,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("slidewin could not release a concurrency slot; its lease will end it"),
+				 errdetail_internal("%s", why)));
+		return;
+	}
 	refund_dropped_count++;
 	stats_refund(false);
 	ereport(level,
@@ -591,7 +761,7 @@ settle(RefundEntry *e, redisReply *reply, int level)
 	{
 		case REFUND_GIVEN:
 		case REFUND_NOTHING:
-			script_known_on = redis_connection_id();
+			script_known_on[e->kind] = redis_connection_id();
 			finish(e, v == REFUND_GIVEN);
 			break;
 		case REFUND_NOSCRIPT:
@@ -603,7 +773,7 @@ settle(RefundEntry *e, redisReply *reply, int level)
 				break;
 			}
 			if (v == REFUND_NOSCRIPT)
-				script_known_on = 0;
+				script_known_on[e->kind] = 0;
 			n_sent--;
 			e->state = ENTRY_PENDING;
 			q_send = Min(q_send, q_reply - 1);
@@ -735,8 +905,11 @@ routed_hook(RedisResult *result)
 
 		if (e->state != ENTRY_PENDING || e->target != target)
 			continue;
-		redis_store_refund_exec(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
-								e->ts, e->cost, e->win_us, now, &r);
+		if (e->kind == KIND_RELEASE)
+			redis_store_release_exec(e->rkey, e->rkeylen, e->lkey, e->lkeylen, e->holder, &r);
+		else
+			redis_store_refund_exec(e->rkey, e->rkeylen, e->lkey, e->lkeylen,
+									e->ts, e->cost, e->win_us, now, &r);
 		if (r.status != RS_OK && r.status != RS_FAIL_REPLY)
 		{
 			if (r.reply)
@@ -826,8 +999,11 @@ refund_at_exit(int code, Datum arg)
 		else
 		{
 			unsent++;
-			refund_dropped_count++;
-			stats_refund(false);
+			if (e->kind == KIND_REFUND)
+			{
+				refund_dropped_count++;
+				stats_refund(false);
+			}
 		}
 		/* a sent one may have been applied: move the generation anyway */
 		finish(e, false);
@@ -835,8 +1011,8 @@ refund_at_exit(int code, Datum arg)
 	if (unsent > 0 || unconfirmed > 0)
 		ereport(LOG,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("slidewin dropped %d refunds at backend exit", unsent),
-				 errdetail("%d refunds could not be sent to Redis; %d were sent but not confirmed.",
+				 errmsg("slidewin dropped %d refunds or slot releases at backend exit", unsent),
+				 errdetail("%d could not be sent to Redis; %d were sent but not confirmed.",
 						   unsent, unconfirmed)));
 }
 
@@ -889,8 +1065,18 @@ xact_callback(XactEvent event, void *arg)
 			if (n_live > 0)
 				refund_from_abort(0);
 			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (holds_slots())
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that holds a slidewin concurrency slot"),
+						 errhint("Release it with rl_release first, or commit without two-phase commit.")));
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			release_at_commit();
+			reset_if_idle();
+			break;
 		case XACT_EVENT_PREPARE:
 			forget_live_from(0);
 			reset_if_idle();

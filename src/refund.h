@@ -33,4 +33,9 @@ extern void refund_settle(void);
 extern int64 refund_done_count;
 extern int64 refund_dropped_count;
 
+/* Concurrency slots held in Redis by this transaction (lease.c). */
+extern void refund_remember_release(const RlArgs *args, const char *holder, int64 lease_us);
+extern char *refund_held_slot(const RlArgs *args, int64 *lease_us);
+extern char *refund_take_slot(const RlArgs *args);
+
 #endif

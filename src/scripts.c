@@ -454,6 +454,77 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "if ok then return {1, rem, 0, ts + maxwin, used + cost, ts, wi} end\n"
 "return {0, 0, retry, ts + maxwin, used + cost, ts, wi}\n";
 
+/*
+ * Concurrency slots (rl_acquire). KEYS[1] is the key's holders: a sorted
+ * set whose members name the holders (a backend's transaction, see
+ * lease.c) and whose scores are their leases' ends on the Redis clock;
+ * KEYS[2] the key's wake-up list, which a release pushes one token onto so
+ * that one waiter (BLPOP) tries again at once. A holder whose lease ended
+ * is removed by the next script that looks at the key.
+ *
+ * Acquire: ARGV holder, max, lease (us), now (us, or ''). Returns {acquired,
+ * holders (with this one, if acquired), leases that had ended, wait_us (a
+ * denial: until the first lease ends), already (1: this holder held a slot
+ * already, whose lease is renewed)}.
+ */
+static const char lua_sem_acquire[] =
+"local function fmt(n) return string.format('%.0f', n) end\n"
+"local key = KEYS[1]\n"
+"local max, lease = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+"local now\n"
+"if ARGV[4] ~= '' then now = tonumber(ARGV[4]) else\n"
+"  local t = redis.call('TIME'); now = tonumber(t[1]) * 1000000 + tonumber(t[2]) end\n"
+"local ended = redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))\n"
+"local mine = redis.call('ZSCORE', key, ARGV[1])\n"
+"local n = redis.call('ZCARD', key)\n"
+"if not mine and n >= max then\n"
+"  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')\n"
+"  return {0, n, ended, tonumber(first[2]) - now, 0}\n"
+"end\n"
+"redis.call('ZADD', key, fmt(now + lease), ARGV[1])\n"
+"if not mine then n = n + 1 end\n"
+"local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
+"redis.call('PEXPIRE', key, fmt(math.ceil((tonumber(last[2]) - now) / 1000) + 1))\n"
+"return {1, n, ended, 0, mine and 1 or 0}\n";
+
+/*
+ * Release: ARGV holder. Returns 1 if the holder held a slot (then one
+ * waiter is woken), 0 if not (released already, or its lease ended).
+ * Idempotent, so that a release sent twice (a lost connection) releases
+ * once.
+ */
+static const char lua_sem_release[] =
+"if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
+"redis.call('LPUSH', KEYS[2], '1')\n"
+"redis.call('LTRIM', KEYS[2], 0, 63)\n"
+"redis.call('PEXPIRE', KEYS[2], 10000)\n"
+"return 1\n";
+
+/*
+ * Renew: ARGV holder, lease (us), now (us, or ''). Returns 1 if the holder
+ * still held its slot (its lease now ends lease from now), 0 if it had lost
+ * it (the lease ended, or it was released).
+ */
+static const char lua_sem_renew[] =
+"local function fmt(n) return string.format('%.0f', n) end\n"
+"local key = KEYS[1]\n"
+"local now\n"
+"if ARGV[3] ~= '' then now = tonumber(ARGV[3]) else\n"
+"  local t = redis.call('TIME'); now = tonumber(t[1]) * 1000000 + tonumber(t[2]) end\n"
+"local s = redis.call('ZSCORE', key, ARGV[1])\n"
+"if not s or tonumber(s) <= now then return 0 end\n"
+"redis.call('ZADD', key, fmt(now + tonumber(ARGV[2])), ARGV[1])\n"
+"local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
+"redis.call('PEXPIRE', key, fmt(math.ceil((tonumber(last[2]) - now) / 1000) + 1))\n"
+"return 1\n";
+
+/* Holders: ARGV now (us, or ''). The holders whose lease has not ended. Reads only. */
+static const char lua_sem_holders[] =
+"local now\n"
+"if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else\n"
+"  local t = redis.call('TIME'); now = tonumber(t[1]) * 1000000 + tonumber(t[2]) end\n"
+"return redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%.0f', now), '+inf')\n";
+
 typedef struct Script
 {
 	const char *source;
@@ -468,6 +539,10 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_SLIDING_COUNTER] = {lua_sliding_counter},
 	[SCRIPT_TOKEN_BUCKET] = {lua_token_bucket},
 	[SCRIPT_LOG_MULTI] = {lua_log_multi},
+	[SCRIPT_SEM_ACQUIRE] = {lua_sem_acquire},
+	[SCRIPT_SEM_RELEASE] = {lua_sem_release},
+	[SCRIPT_SEM_RENEW] = {lua_sem_renew},
+	[SCRIPT_SEM_HOLDERS] = {lua_sem_holders},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */

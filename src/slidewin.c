@@ -27,6 +27,7 @@
 #include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
+#include "lease.h"
 #include "limit.h"
 #include "policy.h"
 #include "redis_conn.h"
@@ -441,6 +442,7 @@ _PG_init(void)
 	fallback_init();
 	refund_init();
 	check_init();
+	lease_init();
 }
 
 /* ---------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include "limit.h"
 #include "redis_conn.h"
 #include "reply_check.h"
+#include "scripts.h"
 
 extern char *slidewin_key_prefix;
 
@@ -45,5 +46,27 @@ extern void redis_store_refund_describe(const redisReply *reply, char *buf, size
 /* The Redis keys of a user key's log and of its ledger of refunds (palloc'd). */
 extern void redis_store_log_keys(const RlArgs *args, char **log, int *loglen,
 								 char **ledger, int *ledgerlen);
+
+/* Concurrency slots (lease.c). */
+typedef struct RlSemReply
+{
+	bool		acquired;
+	int64		holders;		/* live holders, this one included if acquired */
+	int64		ended;			/* leases the script found ended, and removed */
+	int64		wait_us;		/* a denial: until the first lease ends */
+	bool		already;		/* this holder held a slot already (renewed) */
+} RlSemReply;
+
+extern void redis_store_sem_keys(const RlArgs *args, char **holders, int *holderslen,
+								 char **wake, int *wakelen);
+extern bool redis_store_sem_acquire(const RlArgs *args, const char *holder, int64 max,
+									int64 lease_us, RlSemReply *out, RedisResult *r);
+extern bool redis_store_sem_call(ScriptId id, const RlArgs *args, const char *holder,
+								 int64 lease_us, int64 *result, RedisResult *r);
+extern bool redis_store_sem_wait(const RlArgs *args, int wait_ms, bool *woken, RedisResult *r);
+extern bool redis_store_release_append(const char *hkey, int hkeylen, const char *wkey,
+									   int wkeylen, const char *holder, bool eval);
+extern void redis_store_release_exec(const char *hkey, int hkeylen, const char *wkey,
+									 int wkeylen, const char *holder, RedisResult *r);
 
 #endif

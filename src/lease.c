@@ -1,0 +1,593 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *		Concurrency slots: rl_acquire, rl_release, rl_renew, rl_holders.
+ *
+ * A slot bounds work in flight rather than arrivals: at most `max`
+ * transactions hold one of a key's slots at once, across every server that
+ * shares the Redis, and a slot is held until the top-level transaction
+ * ends, however it ends.
+ *
+ * In Redis a key's holders are a sorted set (scripts.c): each member names
+ * one holding, and its score is when the holding's lease ends, on the Redis
+ * clock. A holding's name is this backend's random 64-bit nonce (drawn once
+ * per backend from pg_strong_random), its pid and a counter of its
+ * acquisitions, so two backends, two servers or two transactions never
+ * collide. The release is queued with the refunds (refund.c), so it goes
+ * out at COMMIT and at ROLLBACK (or at the ROLLBACK TO SAVEPOINT that undoes
+ * the acquisition), pipelined, never raising, and sent again after a lost
+ * connection. A release that is lost anyway (kill -9, a crash, a network
+ * cut) is ended by the lease: a slot stays taken at most `lease` after its
+ * holder died. A transaction that needs its slot longer renews it with
+ * rl_renew(key) (or by acquiring the key again); nothing renews behind the
+ * caller's back, so a holder that stopped making progress loses its slot
+ * when its lease says, not never.
+ *
+ * A denied call with a timeout waits on the key's wake-up list (BLPOP),
+ * onto which each release pushes one token: one waiter wakes as soon as a
+ * slot is released, and the wait is also cut at the first lease's end,
+ * when a slot may free without a release. Each BLPOP lasts at most half of
+ * slidewin.command_timeout, so that its reply always comes within it, and
+ * the loop checks for interrupts between them.
+ *
+ * When Redis cannot answer, the call's failure policy decides. The fallback
+ * store holds slots in PostgreSQL's lock manager: slot i of a key is a lock
+ * on (hash of the key, i) in a lock class of our own. It is taken as a
+ * session lock, so that rl_release can give it back at any point of the
+ * transaction (a transaction lock can only be released by the resource
+ * owner that took it, which the statement that took it no longer is), and
+ * released by this file's transaction callbacks at COMMIT, at ROLLBACK and
+ * at the abort of the subtransaction that took it; PostgreSQL releases it
+ * when the backend exits, and a crash restarts the lock table. It is exact
+ * within one server; across a switch between Redis and the fallback, the
+ * two sets of holders add up (at most 2 x max), as the rate limits' two
+ * stores do. Waiting there polls every 10 ms.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "common/pg_prng.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/pg_bswap.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "compat.h"
+#include "enforce.h"
+#include "lease.h"
+#include "limit.h"
+#include "policy.h"
+#include "redis_conn.h"
+#include "refund.h"
+#include "store_redis.h"
+
+PG_FUNCTION_INFO_V1(slidewin_acquire);
+PG_FUNCTION_INFO_V1(slidewin_release);
+PG_FUNCTION_INFO_V1(slidewin_renew);
+PG_FUNCTION_INFO_V1(slidewin_holders);
+
+/* The lock class of fallback slots (the fallback store's key locks use 0x5357). */
+#define SLOT_LOCK_CLASS 0x534C
+/* The most slots a key may have. */
+#define RL_MAX_SLOTS 10000
+/* How often a fallback wait tries again. */
+#define FALLBACK_POLL_MS 10
+
+typedef struct LeaseArgs
+{
+	RlArgs		key;			/* the key (key, keylen) */
+	int64		max;
+	int64		lease_us;
+	int64		timeout_us;
+	int			policy;
+	bool		raise;
+} LeaseArgs;
+
+typedef struct LeaseResult
+{
+	bool		acquired;
+	bool		known;			/* holders known */
+	int64		holders;
+	const char *store;
+	int64		wait_us;		/* a denial: until a slot may free (0: unknown) */
+} LeaseResult;
+
+/* Fallback slots this backend holds (session locks), oldest first. */
+typedef struct FallbackSlot
+{
+	uint32		hash;
+	uint32		slot;
+	SubTransactionId subid;
+} FallbackSlot;
+
+static FallbackSlot *fb_slots = NULL;
+static int	n_fb_slots = 0;
+static int	max_fb_slots = 0;
+
+static uint64 backend_nonce = 0;
+static uint64 acquisitions = 0;
+
+/* ---------------------------------------------------------------------
+ * Arguments
+ * ---------------------------------------------------------------------
+ */
+
+static void
+null_check(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", name)));
+}
+
+/* An interval argument in microseconds: no months, within [lo, hi]. */
+static int64
+interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, int64 lo, int64 hi)
+{
+	Interval   *iv;
+	int64		us;
+
+	null_check(fcinfo, argno, name);
+	iv = PG_GETARG_INTERVAL_P(argno);
+	if (iv->month != 0 || iv->day < -1 || iv->day > 366 ||
+		(us = (int64) iv->day * USECS_PER_DAY + iv->time) < lo || us > hi)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be between %s and %s, without months", name,
+						lo == 0 ? "0" : "1 millisecond",
+						hi == RL_MAX_LEASE_US ? "1 day" : "1 hour")));
+	return us;
+}
+
+static void
+key_arg(FunctionCallInfo fcinfo, RlArgs *key)
+{
+	memset(key, 0, sizeof(RlArgs));
+	null_check(fcinfo, 0, "key");
+	limit_check_key(fcinfo, 0, key);
+}
+
+/* ---------------------------------------------------------------------
+ * Holder names
+ * ---------------------------------------------------------------------
+ */
+
+static char *
+new_holder(void)
+{
+	if (backend_nonce == 0)
+	{
+		if (!pg_strong_random(&backend_nonce, sizeof(backend_nonce)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not generate a random holder name")));
+		backend_nonce |= 1;		/* never 0, which means "not drawn" */
+	}
+	acquisitions++;
+	return psprintf("%016" INT64_MODIFIER "x:%d:" UINT64_FORMAT,
+					backend_nonce, MyProcPid, acquisitions);
+}
+
+/* ---------------------------------------------------------------------
+ * The fallback: slots in the lock manager
+ * ---------------------------------------------------------------------
+ */
+
+static uint32
+slot_hash(const RlArgs *key)
+{
+	StringInfoData buf;
+	uint32		h;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, slidewin_key_prefix ? slidewin_key_prefix : "");
+	appendBinaryStringInfo(&buf, key->key, key->keylen);
+	h = hash_bytes((const unsigned char *) buf.data, buf.len);
+	pfree(buf.data);
+	return h;
+}
+
+static void
+slot_tag(LOCKTAG *tag, uint32 hash, uint32 slot)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, hash, slot, SLOT_LOCK_CLASS);
+}
+
+/* This backend's fallback slot of the key: its index in fb_slots, or -1. */
+static int
+fallback_mine(uint32 hash)
+{
+	for (int i = 0; i < n_fb_slots; i++)
+		if (fb_slots[i].hash == hash)
+			return i;
+	return -1;
+}
+
+static void
+fallback_unlock(int i)
+{
+	LOCKTAG		tag;
+
+	slot_tag(&tag, fb_slots[i].hash, fb_slots[i].slot);
+	(void) LockRelease(&tag, ExclusiveLock, true);
+	memmove(fb_slots + i, fb_slots + i + 1, (n_fb_slots - i - 1) * sizeof(FallbackSlot));
+	n_fb_slots--;
+}
+
+/* The key's slots held now, in this database, from the lock table. */
+static int64
+fallback_holders(uint32 hash)
+{
+	LockData   *ld = GetLockStatusData();
+	int64		holders = 0;
+
+	for (int i = 0; i < ld->nelements; i++)
+	{
+		LockInstanceData *li = &ld->locks[i];
+
+		if (li->locktag.locktag_type != LOCKTAG_ADVISORY ||
+			li->locktag.locktag_field1 != MyDatabaseId ||
+			li->locktag.locktag_field2 != hash ||
+			li->locktag.locktag_field4 != SLOT_LOCK_CLASS ||
+			li->holdMask == 0)
+			continue;
+		holders++;
+	}
+	return holders;
+}
+
+/* One try: a free slot, starting at a random one so that tries stay few. */
+static bool
+fallback_try(uint32 hash, int64 max)
+{
+	uint32		start = (uint32) (pg_prng_uint64(&pg_global_prng_state) % (uint64) max);
+
+	if (n_fb_slots == max_fb_slots)
+	{
+		int			n = Max(8, max_fb_slots * 2);
+
+		fb_slots = fb_slots ? repalloc(fb_slots, n * sizeof(FallbackSlot)) :
+			MemoryContextAlloc(TopMemoryContext, n * sizeof(FallbackSlot));
+		max_fb_slots = n;
+	}
+	for (int64 i = 0; i < max; i++)
+	{
+		LOCKTAG		tag;
+		uint32		slot = (uint32) ((start + i) % max);
+
+		slot_tag(&tag, hash, slot);
+		if (LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL)
+		{
+			fb_slots[n_fb_slots].hash = hash;
+			fb_slots[n_fb_slots].slot = slot;
+			fb_slots[n_fb_slots].subid = GetCurrentSubTransactionId();
+			n_fb_slots++;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void
+fallback_acquire(const LeaseArgs *a, TimestampTz deadline, LeaseResult *res)
+{
+	uint32		hash = slot_hash(&a->key);
+
+	res->store = "fallback";
+	res->known = true;
+	if (fallback_mine(hash) >= 0)
+	{
+		res->acquired = true;
+		res->holders = fallback_holders(hash);
+		return;
+	}
+	for (;;)
+	{
+		if (fallback_try(hash, a->max))
+		{
+			res->acquired = true;
+			res->holders = fallback_holders(hash);
+			return;
+		}
+		if (GetCurrentTimestamp() >= deadline)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 FALLBACK_POLL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	res->acquired = false;
+	res->holders = fallback_holders(hash);
+	res->wait_us = 0;
+}
+
+static bool
+fallback_release(const RlArgs *key)
+{
+	int			i = fallback_mine(slot_hash(key));
+
+	if (i < 0)
+		return false;
+	fallback_unlock(i);
+	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * Transaction callbacks: the fallback's session locks end with the
+ * transaction, or with the subtransaction that took them.
+ * ---------------------------------------------------------------------
+ */
+
+static void
+lease_xact_callback(XactEvent event, void *arg)
+{
+	if (n_fb_slots == 0)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot PREPARE a transaction that holds a slidewin concurrency slot"),
+					 errhint("Release it with rl_release first, or commit without two-phase commit.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			while (n_fb_slots > 0)
+				fallback_unlock(n_fb_slots - 1);
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+lease_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	for (int i = n_fb_slots - 1; i >= 0; i--)
+	{
+		if (fb_slots[i].subid != mySubid)
+			continue;
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+			fallback_unlock(i);
+		else if (event == SUBXACT_EVENT_COMMIT_SUB)
+			fb_slots[i].subid = parentSubid;
+	}
+}
+
+void
+lease_init(void)
+{
+	RegisterXactCallback(lease_xact_callback, NULL);
+	RegisterSubXactCallback(lease_subxact_callback, NULL);
+}
+
+/* ---------------------------------------------------------------------
+ * Redis
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Try Redis until acquired, denied at the deadline, or Redis fails (false,
+ * the cause in *r). A denial waits for a release, or for the first lease
+ * to end, in BLPOPs of at most half of command_timeout.
+ */
+static bool
+redis_acquire(const LeaseArgs *a, TimestampTz deadline, LeaseResult *res, RedisResult *r)
+{
+	char	   *holder = refund_held_slot(&a->key, NULL);
+	bool		held = holder != NULL;
+
+	if (!held)
+		holder = new_holder();
+	res->store = "redis";
+	res->known = true;
+	for (;;)
+	{
+		RlSemReply rep;
+		TimestampTz now;
+		int64		wait_ms;
+		bool		woken;
+
+		if (!redis_store_sem_acquire(&a->key, holder, a->max, a->lease_us, &rep, r))
+			return false;
+		res->holders = rep.holders;
+		if (rep.acquired)
+		{
+			res->acquired = true;
+			if (!held)
+				refund_remember_release(&a->key, holder, a->lease_us);
+			return true;
+		}
+		res->acquired = false;
+		res->wait_us = rep.wait_us;
+		now = GetCurrentTimestamp();
+		if (now >= deadline)
+			return true;
+		wait_ms = Min((deadline - now + 999) / 1000, (rep.wait_us + 999) / 1000);
+		wait_ms = Min(wait_ms, Max(slidewin_command_timeout / 2, 1));
+		wait_ms = Max(wait_ms, 1);
+		if (!redis_store_sem_wait(&a->key, (int) wait_ms, &woken, r))
+			return false;
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * SQL functions
+ * ---------------------------------------------------------------------
+ */
+
+static Datum
+lease_datum(FunctionCallInfo fcinfo, const LeaseResult *res)
+{
+	TupleDesc	tupdesc;
+	Datum		values[3];
+	bool		nulls[3] = {false, !res->known, false};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	values[0] = BoolGetDatum(res->acquired);
+	values[1] = Int64GetDatum(res->holders);
+	values[2] = CStringGetTextDatum(res->store);
+	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls));
+}
+
+/* rl_acquire(key, max, lease, timeout, on_redis_error, raise) */
+Datum
+slidewin_acquire(PG_FUNCTION_ARGS)
+{
+	LeaseArgs	a;
+	LeaseResult res;
+	TimestampTz deadline;
+	RedisResult r;
+	int			policy;
+
+	memset(&res, 0, sizeof(res));
+	key_arg(fcinfo, &a.key);
+	null_check(fcinfo, 1, "max");
+	a.max = PG_GETARG_INT64(1);
+	if (a.max < 1 || a.max > RL_MAX_SLOTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"max\" must be between 1 and %d", RL_MAX_SLOTS)));
+	a.lease_us = interval_arg(fcinfo, 2, "lease", 1000, RL_MAX_LEASE_US);
+	a.timeout_us = interval_arg(fcinfo, 3, "timeout", 0, USECS_PER_HOUR);
+	a.policy = policy_from_name(PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4)),
+								"on_redis_error");
+	null_check(fcinfo, 5, "raise");
+	a.raise = PG_GETARG_BOOL(5);
+	deadline = GetCurrentTimestamp() + a.timeout_us;
+	policy = a.policy;
+
+	if (policy_redis_may_be_tried(&r))
+	{
+		if (redis_acquire(&a, deadline, &res, &r))
+			goto done;
+		policy_redis_failed(&r);
+	}
+	switch (policy)
+	{
+		case POLICY_FALLBACK:
+			fallback_acquire(&a, deadline, &res);
+			break;
+		case POLICY_ALLOW:
+		case POLICY_DENY:
+			res.acquired = policy == POLICY_ALLOW;
+			res.known = false;
+			res.store = "none";
+			break;
+		default:
+			policy_unavailable_error(&r);
+	}
+done:
+	if (!res.acquired && a.raise)
+		enforce_raise_slots(&a.key, a.max, res.known ? res.holders : -1, res.wait_us);
+	return lease_datum(fcinfo, &res);
+}
+
+/* rl_release(key): whether a slot was held (and is now released). */
+Datum
+slidewin_release(PG_FUNCTION_ARGS)
+{
+	RlArgs		key;
+	char	   *holder;
+	bool		released = false;
+
+	key_arg(fcinfo, &key);
+	holder = refund_take_slot(&key);
+	if (holder != NULL)
+	{
+		RedisResult r;
+		int64		n = 0;
+
+		/*
+		 * Sent now. Should Redis not answer, the lease ends the holding:
+		 * the slot was this transaction's, and is no longer, either way.
+		 */
+		if (policy_redis_may_be_tried(&r))
+		{
+			if (redis_store_sem_call(SCRIPT_SEM_RELEASE, &key, holder, 0, &n, &r))
+				released = true;
+			else
+			{
+				policy_redis_failed(&r);
+				ereport(WARNING,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("slidewin could not release a concurrency slot; its lease will end it"),
+						 errdetail_internal("%s", r.message)));
+				released = true;
+			}
+		}
+		else
+			released = true;
+	}
+	if (fallback_release(&key))
+		released = true;
+	PG_RETURN_BOOL(released);
+}
+
+/* rl_renew(key): whether this transaction still held its slot (its lease starts again). */
+Datum
+slidewin_renew(PG_FUNCTION_ARGS)
+{
+	RlArgs		key;
+	int64		lease_us;
+	char	   *holder;
+	RedisResult r;
+	int64		n = 0;
+
+	key_arg(fcinfo, &key);
+	holder = refund_held_slot(&key, &lease_us);
+	if (holder == NULL)
+	{
+		/* a fallback slot has no lease: it is held to the end */
+		PG_RETURN_BOOL(fallback_mine(slot_hash(&key)) >= 0);
+	}
+	if (!policy_redis_may_be_tried(&r))
+		policy_unavailable_error(&r);
+	if (!redis_store_sem_call(SCRIPT_SEM_RENEW, &key, holder, lease_us, &n, &r))
+	{
+		policy_redis_failed(&r);
+		policy_unavailable_error(&r);
+	}
+	PG_RETURN_BOOL(n == 1);
+}
+
+/* rl_holders(key, on_redis_error): the live holders of the key's slots. */
+Datum
+slidewin_holders(PG_FUNCTION_ARGS)
+{
+	RlArgs		key;
+	RedisResult r;
+	int64		n = 0;
+	int			policy;
+
+	key_arg(fcinfo, &key);
+	policy = policy_from_name(PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1)),
+							  "on_redis_error");
+	if (policy_redis_may_be_tried(&r))
+	{
+		if (redis_store_sem_call(SCRIPT_SEM_HOLDERS, &key, NULL, 0, &n, &r))
+			PG_RETURN_INT64(n);
+		policy_redis_failed(&r);
+	}
+	if (policy == POLICY_FALLBACK)
+		PG_RETURN_INT64(fallback_holders(slot_hash(&key)));
+	if (policy == POLICY_ERROR)
+		policy_unavailable_error(&r);
+	PG_RETURN_NULL();
+}
