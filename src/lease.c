@@ -26,9 +26,8 @@
  * A denied call with a timeout waits on the key's wake-up list (BLPOP),
  * onto which each release pushes one token: one waiter wakes as soon as a
  * slot is released, and the wait is also cut at the first lease's end,
- * when a slot may free without a release. Each BLPOP lasts at most half of
- * slidewin.command_timeout, so that its reply always comes within it, and
- * the loop checks for interrupts between them.
+ * when a slot may free without a release. Each BLPOP lasts at most a
+ * second; its reply may take that long on top of slidewin.command_timeout.
  *
  * When Redis cannot answer, the call's failure policy decides. The fallback
  * store holds slots in PostgreSQL's lock manager: slot i of a key is a lock
@@ -79,6 +78,8 @@ PG_FUNCTION_INFO_V1(slidewin_holders);
 #define SLOT_LOCK_CLASS 0x534C
 /* The most slots a key may have. */
 #define RL_MAX_SLOTS 10000
+/* The longest BLPOP of a wait (the loop checks the deadline between them). */
+#define BLPOP_MAX_MS 1000
 /* How often a fallback wait tries again. */
 #define FALLBACK_POLL_MS 10
 
@@ -381,6 +382,32 @@ lease_init(void)
  */
 
 /*
+ * One BLPOP of wait_ms on the key's wake-up list. Its reply is allowed
+ * wait_ms more than command_timeout, plus the 100 ms by which Redis may
+ * overrun a blocking command's timeout (it checks them ten times a second
+ * by default); an interrupt still ends the wait at once (the connection is
+ * then dropped, as for any command cut short).
+ */
+static bool
+sem_wait(const RlArgs *key, int wait_ms, bool *woken, RedisResult *r)
+{
+	int			saved = slidewin_command_timeout;
+	bool		ok;
+
+	slidewin_command_timeout = saved + wait_ms + 100;
+	PG_TRY();
+	{
+		ok = redis_store_sem_wait(key, wait_ms, woken, r);
+	}
+	PG_FINALLY();
+	{
+		slidewin_command_timeout = saved;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/*
  * Try Redis until acquired, denied at the deadline, or Redis fails (false,
  * the cause in *r). A denial waits for a release, or for the first lease
  * to end, in BLPOPs of at most half of command_timeout.
@@ -418,9 +445,8 @@ redis_acquire(const LeaseArgs *a, TimestampTz deadline, LeaseResult *res, RedisR
 		if (now >= deadline)
 			return true;
 		wait_ms = Min((deadline - now + 999) / 1000, (rep.wait_us + 999) / 1000);
-		wait_ms = Min(wait_ms, Max(slidewin_command_timeout / 2, 1));
-		wait_ms = Max(wait_ms, 1);
-		if (!redis_store_sem_wait(&a->key, (int) wait_ms, &woken, r))
+		wait_ms = Max(Min(wait_ms, BLPOP_MAX_MS), 1);
+		if (!sem_wait(&a->key, (int) wait_ms, &woken, r))
 			return false;
 		CHECK_FOR_INTERRUPTS();
 	}

@@ -1,0 +1,219 @@
+# Concurrency slots (rl_acquire) under real concurrency and failure:
+#  - exactness: 8 clients on each of two servers sharing one Redis, max 3,
+#    for 20 s; each transaction acquires (waiting up to a second), holds for
+#    5-50 ms, then commits, rolls back, or rolls back to a savepoint that
+#    took the slot. The spans each holder saw (clock_timestamp() after
+#    acquiring, before finishing) never overlap more than 3 deep;
+#  - a waiter is woken by a release, well before the lease could end it,
+#    and a wait that times out takes nothing;
+#  - kill -9 of a holder: its slot stays taken while the lease runs (2 s),
+#    then frees, and never before;
+#  - Redis restarted during a holding: the holder commits cleanly, and the
+#    slots count again from what Redis holds;
+#  - the fallback store (Redis unreachable): 8 clients on one server, max 3,
+#    exact.
+use strict;
+use warnings;
+
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use SlidewinTest;
+
+my $redis = SlidewinTest::start_redis();
+my @conf  = ("shared_preload_libraries = 'slidewin'", 'max_connections = 30',
+	'restart_after_crash = on');
+my $a_node = SlidewinTest::new_node('lease_a', $redis, \@conf);
+my $b_node = SlidewinTest::new_node('lease_b', $redis, \@conf);
+my $dir = PostgreSQL::Test::Utils::tempdir('leases');
+
+# The deepest overlap of [t1, t2] spans (epoch seconds, as text rows "t1|t2").
+sub depth
+{
+	my @ev;
+	for my $row (@_)
+	{
+		my ($t1, $t2) = split /\|/, $row;
+		push @ev, [ $t1, 1 ], [ $t2, -1 ];
+	}
+	# at equal times an end comes before a start: touching spans do not overlap
+	my ($d, $max) = (0, 0);
+	for my $e (sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] } @ev)
+	{
+		$d += $e->[1];
+		$max = $d if $d > $max;
+	}
+	return $max;
+}
+
+sub spans
+{
+	my ($node) = @_;
+	my $rows = $node->safe_psql('postgres',
+		'SELECT extract(epoch FROM t1), extract(epoch FROM t2) FROM spans');
+	return grep { $_ ne '' } split /\n/, $rows;
+}
+
+# One transaction of a client: acquire, hold, end in one of three ways; the
+# span is recorded after the transaction, so a rollback keeps it.
+my $script = "$dir/hold.sql";
+open(my $fh, '>', $script) or die "cannot write $script: $!";
+print $fh <<'EOS';
+\set how random(1, 4)
+\set ms random(5, 50)
+BEGIN;
+SAVEPOINT s;
+SELECT acquired::int AS ok FROM rl_acquire('ls:x', 3, '1 minute', '1 second') \gset
+\if :ok
+SELECT extract(epoch FROM clock_timestamp()) AS t1 \gset
+\sleep :ms ms
+SELECT extract(epoch FROM clock_timestamp()) AS t2 \gset
+\if :how = 1
+ROLLBACK;
+\elif :how = 2
+ROLLBACK TO SAVEPOINT s;
+SELECT pg_sleep(0.005);
+COMMIT;
+\else
+COMMIT;
+\endif
+INSERT INTO spans VALUES (to_timestamp(:t1), to_timestamp(:t2));
+\else
+COMMIT;
+INSERT INTO denials VALUES (1);
+\endif
+EOS
+close $fh;
+
+sub run_clients
+{
+	my ($nodes, $seconds, @env) = @_;
+	my @bench;
+	for my $n (@$nodes)
+	{
+		my ($out, $err) = ('', '');
+		my @cmd = ('pgbench', '-n', '-c', '8', '-j', '2', '-T', $seconds, '-f', $script,
+			'-h', $n->host, '-p', $n->port, 'postgres');
+		push @bench, { h => IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err),
+			out => \$out, err => \$err };
+	}
+	for my $b (@bench)
+	{
+		ok($b->{h}->finish, 'pgbench finished without an error') or diag(${ $b->{err} });
+		like(${ $b->{out} }, qr/number of transactions actually processed: [1-9]/, 'pgbench ran')
+		  or diag(${ $b->{out} });
+	}
+}
+
+for my $n ($a_node, $b_node)
+{
+	$n->safe_psql('postgres', 'CREATE TABLE spans (t1 timestamptz, t2 timestamptz); CREATE TABLE denials (x int)');
+}
+
+# ---------------------------------------------------------------------
+# Exactness across two servers
+# ---------------------------------------------------------------------
+run_clients([ $a_node, $b_node ], 20);
+my @all = (spans($a_node), spans($b_node));
+my $deep = depth(@all);
+note(scalar(@all) . ' holdings, deepest overlap ' . $deep);
+cmp_ok(scalar(@all), '>', 300, 'many holdings in 20 s');
+is($deep, 3, 'never more than 3 holders at once, across two servers (and 3 reached)');
+note('acquisitions denied after waiting a second: '
+	  . ($a_node->safe_psql('postgres', 'SELECT count(*) FROM denials')
+		+ $b_node->safe_psql('postgres', 'SELECT count(*) FROM denials')));
+is($a_node->safe_psql('postgres', q{SELECT rl_holders('ls:x')}), '0',
+	'every slot released at the end');
+
+# ---------------------------------------------------------------------
+# Waits: woken by a release, or timed out taking nothing
+# ---------------------------------------------------------------------
+my $h = $a_node->background_psql('postgres');
+$h->query_safe('BEGIN');
+is($h->query_safe(q{SELECT acquired FROM rl_acquire('ls:w', 1, '10 minutes')}), 't', 'a holds ls:w');
+my $t0 = time;
+is($b_node->safe_psql('postgres',
+		q{SELECT acquired || ',' || store FROM rl_acquire('ls:w', 1, '10 minutes', '300 ms')}),
+	'false,redis', 'a waiter times out while the slot is held');
+my $waited = time - $t0;
+cmp_ok($waited, '>=', 0.29, "the timed-out wait lasted its timeout ($waited s)");
+is($a_node->safe_psql('postgres', q{SELECT rl_holders('ls:w')}), '1', 'it took nothing');
+
+my ($wout, $werr) = ('', '');
+my $waiter = IPC::Run::start(
+	[ 'psql', '-XAtq', '-h', $b_node->host, '-p', $b_node->port, '-d', 'postgres', '-c',
+	  q{SELECT acquired || ',' || store, extract(epoch FROM clock_timestamp()) FROM rl_acquire('ls:w', 1, '10 minutes', '20 seconds')} ],
+	'<', \undef, '>', \$wout, '2>', \$werr);
+usleep(500_000);
+my $released_at = time;
+$h->query_safe('COMMIT');
+$waiter->finish;
+my ($got, $at) = split /\|/, $wout;
+is($got, 'true,redis', 'the waiter acquired the slot once it was released');
+cmp_ok($at - $released_at, '<', 2, 'woken by the release, long before the lease or timeout') or diag($werr);
+$h->quit;
+
+# ---------------------------------------------------------------------
+# kill -9 of a holder: the lease (2 s) frees its slot, never sooner
+# ---------------------------------------------------------------------
+my $k = $a_node->background_psql('postgres', on_error_stop => 0);
+my $kpid = $k->query_safe('SELECT pg_backend_pid()');
+$k->query_safe('BEGIN');
+my $acquired_at = time;
+is($k->query_safe(q{SELECT acquired FROM rl_acquire('ls:k', 1, '2 seconds')}), 't', 'the doomed holder acquires');
+usleep(500_000);
+SlidewinTest::allow_log_line($a_node, "(PID $kpid) was terminated by signal 9: Killed");
+kill 'KILL', $kpid;
+is($b_node->safe_psql('postgres', q{SELECT rl_holders('ls:k')}), '1',
+	'right after the kill its slot is still taken (the lease runs)');
+my $freed_at;
+for (1 .. 100)
+{
+	if ($b_node->safe_psql('postgres', q{SELECT rl_holders('ls:k')}) eq '0')
+	{
+		$freed_at = time;
+		last;
+	}
+	usleep(50_000);
+}
+ok(defined $freed_at, 'the slot frees once the lease has run');
+cmp_ok($freed_at - $acquired_at, '>=', 1.9, 'not before the lease ended') if defined $freed_at;
+cmp_ok($freed_at - $acquired_at, '<', 4, 'and soon after it') if defined $freed_at;
+is($b_node->safe_psql('postgres', q{SELECT acquired FROM rl_acquire('ls:k', 1)}), 't',
+	'another server takes the freed slot');
+$k->quit;
+$a_node->poll_query_until('postgres', 'SELECT true') or die 'server a did not come back';
+
+# ---------------------------------------------------------------------
+# Redis restarted during a holding
+# ---------------------------------------------------------------------
+my $r = $a_node->background_psql('postgres', on_error_stop => 0);
+$r->query_safe('BEGIN');
+is($r->query_safe(q{SELECT acquired FROM rl_acquire('ls:r', 1)}), 't', 'a holding before the restart');
+$redis->restart;
+$r->query_safe('COMMIT');
+is($r->{stderr}, '', 'the holder commits after the restart without a warning or error');
+is($b_node->safe_psql('postgres', q{SELECT acquired || ',' || holders FROM rl_acquire('ls:r', 1)}), 'true,1',
+	'slots count from what the restarted Redis holds');
+$r->quit;
+
+# ---------------------------------------------------------------------
+# The fallback store: one server, 8 clients, max 3
+# ---------------------------------------------------------------------
+$a_node->safe_psql('postgres', q{
+	TRUNCATE spans, denials;
+	ALTER DATABASE postgres SET slidewin.redis_url = 'redis://127.0.0.1:1';
+	ALTER DATABASE postgres SET slidewin.redis_retry_interval = 0;
+	ALTER DATABASE postgres SET slidewin.on_redis_error = 'fallback';
+});
+run_clients([ $a_node ], 6);
+my @fb = spans($a_node);
+note(scalar(@fb) . ' fallback holdings, deepest overlap ' . depth(@fb));
+cmp_ok(scalar(@fb), '>', 50, 'many fallback holdings');
+is(depth(@fb), 3, 'the fallback store: never more than 3 holders at once (and 3 reached)');
+is($a_node->safe_psql('postgres', q{SELECT rl_holders('ls:x')}), '0', 'every fallback slot released');
+is($a_node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'}), '0',
+	'no lock left behind');
+
+done_testing();
