@@ -352,6 +352,26 @@ sub sentinel_cli
 	return $out;
 }
 
+# max_overlap(@spans): how many of the spans ("t1|t2", epoch seconds) are
+# open at once at most. At equal times an end comes before a start, so
+# spans that only touch do not overlap.
+sub max_overlap
+{
+	my @ev;
+	for my $row (@_)
+	{
+		my ($t1, $t2) = split /\|/, $row;
+		push @ev, [ $t1, 1 ], [ $t2, -1 ];
+	}
+	my ($d, $max) = (0, 0);
+	for my $e (sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] } @ev)
+	{
+		$d += $e->[1];
+		$max = $d if $d > $max;
+	}
+	return $max;
+}
+
 # wait_for($what, $cond [, $secs]): poll $cond every 0.1 s; die after $secs
 # (default 30). Returns the time it became true.
 sub wait_for

@@ -28,25 +28,6 @@ my $a_node = SlidewinTest::new_node('lease_a', $redis, \@conf);
 my $b_node = SlidewinTest::new_node('lease_b', $redis, \@conf);
 my $dir = PostgreSQL::Test::Utils::tempdir('leases');
 
-# The deepest overlap of [t1, t2] spans (epoch seconds, as text rows "t1|t2").
-sub depth
-{
-	my @ev;
-	for my $row (@_)
-	{
-		my ($t1, $t2) = split /\|/, $row;
-		push @ev, [ $t1, 1 ], [ $t2, -1 ];
-	}
-	# at equal times an end comes before a start: touching spans do not overlap
-	my ($d, $max) = (0, 0);
-	for my $e (sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] } @ev)
-	{
-		$d += $e->[1];
-		$max = $d if $d > $max;
-	}
-	return $max;
-}
-
 sub spans
 {
 	my ($node) = @_;
@@ -116,7 +97,7 @@ for my $n ($a_node, $b_node)
 # ---------------------------------------------------------------------
 run_clients([ $a_node, $b_node ], 20);
 my @all = (spans($a_node), spans($b_node));
-my $deep = depth(@all);
+my $deep = SlidewinTest::max_overlap(@all);
 note(scalar(@all) . ' holdings, deepest overlap ' . $deep);
 cmp_ok(scalar(@all), '>', 300, 'many holdings in 20 s');
 is($deep, 3, 'never more than 3 holders at once, across two servers (and 3 reached)');
@@ -209,9 +190,9 @@ $a_node->safe_psql('postgres', q{
 });
 run_clients([ $a_node ], 6);
 my @fb = spans($a_node);
-note(scalar(@fb) . ' fallback holdings, deepest overlap ' . depth(@fb));
+note(scalar(@fb) . ' fallback holdings, deepest overlap ' . SlidewinTest::max_overlap(@fb));
 cmp_ok(scalar(@fb), '>', 50, 'many fallback holdings');
-is(depth(@fb), 3, 'the fallback store: never more than 3 holders at once (and 3 reached)');
+is(SlidewinTest::max_overlap(@fb), 3, 'the fallback store: never more than 3 holders at once (and 3 reached)');
 is($a_node->safe_psql('postgres', q{SELECT rl_holders('ls:x')}), '0', 'every fallback slot released');
 is($a_node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'}), '0',
 	'no lock left behind');

@@ -198,6 +198,27 @@ note("Redis connections after 50 pooled clients: $redis_clients");
 cmp_ok($redis_clients, '<=', 4, "Redis holds $redis_clients connections: at most one per server connection");
 cmp_ok($redis_clients, '>=', 1, 'and at least one');
 
+# --- concurrency slots: 50 clients, max 3 -----------------------------------
+# A slot lives as long as its transaction, which transaction pooling keeps on
+# one server connection: exact through the pooler. Spans are recorded after
+# each transaction.
+$node->safe_psql('postgres', 'CREATE TABLE spans (t1 float8, t2 float8)');
+($done, $status, $out) = pgbench_pooled([ '-M', 'simple', '-c', '50', '-j', '2', '-t', '10' ], q{
+	\set ms random(5, 20)
+	BEGIN;
+	SELECT acquired::int AS ok FROM rl_acquire('pgb:slots', 3, '1 minute', '5 seconds') \gset
+	SELECT extract(epoch FROM clock_timestamp()) AS t1 \gset
+	\sleep :ms ms
+	SELECT extract(epoch FROM clock_timestamp()) AS t2 \gset
+	COMMIT;
+	INSERT INTO spans SELECT :t1, :t2 WHERE :ok = 1;});
+is("$done $status", '500 0', 'slots: 50 clients x 10 transactions through the pooler') or diag($out);
+my @spans = grep { $_ ne '' } split /\n/, $node->safe_psql('postgres', 'SELECT t1, t2 FROM spans');
+note(scalar(@spans) . ' holdings through the pooler, deepest overlap ' . SlidewinTest::max_overlap(@spans));
+cmp_ok(scalar(@spans), '>=', 450, 'nearly every transaction got a slot within 5 s');
+is(SlidewinTest::max_overlap(@spans), 3, 'never more than 3 holders at once through the pooler (and 3 reached)');
+is($node->safe_psql('postgres', q{SELECT rl_holders('pgb:slots')}), '0', 'every slot released');
+
 # --- refunds of a rolled-back trigger quota ---------------------------------
 my $refunds0 = $node->safe_psql('postgres', 'SELECT refunds FROM rl_stats');
 ($done, $status, $out) = pgbench_pooled([ '-M', 'simple', '-c', '50', '-j', '2', '-t', '10' ], q{
