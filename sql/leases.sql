@@ -3,6 +3,10 @@
 -- isolation spec leases and TAP 056.
 SET slidewin.key_prefix = 'regress:ls:';
 SET TimeZone = 'UTC';
+SELECT slot_acquisitions, slot_denials, slot_waits, slot_releases, slot_leases_ended,
+       slot_releases_lost FROM rl_stats \gset before_
+SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(admitted), 0) AS admitted
+  FROM rl_stats_rules WHERE algorithm = 'concurrency' AND lim = 2 AND win = '2 seconds' \gset rule_
 
 -- Bad input: 22004 or 22023, naming the argument.
 SELECT * FROM rl_acquire(NULL, 3);
@@ -134,3 +138,17 @@ SELECT * FROM rl_acquire('f', 1, on_redis_error => 'error');
 \echo :LAST_ERROR_SQLSTATE
 SELECT rl_holders('f', 'allow') IS NULL AS holders_unknown;
 RESET slidewin.redis_url;
+
+-- rl_stats counts what happened here: acquisitions (the repeated ones too),
+-- denials, releases (by COMMIT, ROLLBACK, ROLLBACK TO, rl_release, in either
+-- store), the lease found ended; rl_stats_rules has the rule (concurrency,
+-- max, lease).
+SELECT slot_acquisitions - :before_slot_acquisitions AS acquisitions,
+       slot_denials - :before_slot_denials AS denials,
+       slot_waits - :before_slot_waits AS waits,
+       slot_releases - :before_slot_releases AS releases,
+       slot_leases_ended - :before_slot_leases_ended AS leases_ended,
+       slot_releases_lost - :before_slot_releases_lost AS releases_lost
+  FROM rl_stats;
+SELECT algorithm, lim, win, calls - :rule_calls AS calls, admitted - :rule_admitted AS admitted
+  FROM rl_stats_rules WHERE algorithm = 'concurrency' AND lim = 2 AND win = '2 seconds';

@@ -73,3 +73,19 @@ AS 'MODULE_PATHNAME', 'slidewin_holders'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION rl_holders(text, text) IS
 'The number of live holders of key''s slots.';
+
+-- rl_stats gains the slots' counters, as its last columns (a view's
+-- columns can only be added at the end; rl_stats() keeps its own).
+CREATE FUNCTION rl_slot_stats(
+    OUT slot_acquisitions bigint,
+    OUT slot_denials bigint,
+    OUT slot_waits bigint,
+    OUT slot_releases bigint,
+    OUT slot_leases_ended bigint,
+    OUT slot_releases_lost bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'slidewin_slot_stats_fn'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION rl_slot_stats() IS
+'slidewin''s server-wide counters of concurrency slots since stats_reset; the rl_stats view reads them.';
+CREATE OR REPLACE VIEW rl_stats AS SELECT s.*, l.* FROM rl_stats() s, rl_slot_stats() l;

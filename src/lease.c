@@ -67,6 +67,7 @@
 #include "policy.h"
 #include "redis_conn.h"
 #include "refund.h"
+#include "stats.h"
 #include "store_redis.h"
 
 PG_FUNCTION_INFO_V1(slidewin_acquire);
@@ -100,6 +101,8 @@ typedef struct LeaseResult
 	int64		holders;
 	const char *store;
 	int64		wait_us;		/* a denial: until a slot may free (0: unknown) */
+	bool		waited;			/* the call waited at least once */
+	int64		leases_ended;	/* ended leases the store found and removed */
 } LeaseResult;
 
 /* Fallback slots this backend holds (session locks), oldest first. */
@@ -221,6 +224,7 @@ fallback_unlock(int i)
 
 	slot_tag(&tag, fb_slots[i].hash, fb_slots[i].slot);
 	(void) LockRelease(&tag, ExclusiveLock, true);
+	stats_slot_released(true);
 	memmove(fb_slots + i, fb_slots + i + 1, (n_fb_slots - i - 1) * sizeof(FallbackSlot));
 	n_fb_slots--;
 }
@@ -302,6 +306,7 @@ fallback_acquire(const LeaseArgs *a, TimestampTz deadline, LeaseResult *res)
 		}
 		if (GetCurrentTimestamp() >= deadline)
 			break;
+		res->waited = true;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 FALLBACK_POLL_MS, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -432,6 +437,7 @@ redis_acquire(const LeaseArgs *a, TimestampTz deadline, LeaseResult *res, RedisR
 		if (!redis_store_sem_acquire(&a->key, holder, a->max, a->lease_us, &rep, r))
 			return false;
 		res->holders = rep.holders;
+		res->leases_ended += rep.ended;
 		if (rep.acquired)
 		{
 			res->acquired = true;
@@ -446,6 +452,7 @@ redis_acquire(const LeaseArgs *a, TimestampTz deadline, LeaseResult *res, RedisR
 			return true;
 		wait_ms = Min((deadline - now + 999) / 1000, (rep.wait_us + 999) / 1000);
 		wait_ms = Max(Min(wait_ms, BLPOP_MAX_MS), 1);
+		res->waited = true;
 		if (!sem_wait(&a->key, (int) wait_ms, &woken, r))
 			return false;
 		CHECK_FOR_INTERRUPTS();
@@ -520,6 +527,8 @@ slidewin_acquire(PG_FUNCTION_ARGS)
 			policy_unavailable_error(&r);
 	}
 done:
+	stats_count_slot(a.max, a.lease_us, res.acquired, res.known ? res.holders : -1,
+					 res.waited, res.leases_ended);
 	if (!res.acquired && a.raise)
 		enforce_raise_slots(&a.key, a.max, res.known ? res.holders : -1, res.wait_us);
 	return lease_datum(fcinfo, &res);
@@ -547,10 +556,14 @@ slidewin_release(PG_FUNCTION_ARGS)
 		if (policy_redis_may_be_tried(&r))
 		{
 			if (redis_store_sem_call(SCRIPT_SEM_RELEASE, &key, holder, 0, &n, &r))
+			{
 				released = true;
+				stats_slot_released(true);
+			}
 			else
 			{
 				policy_redis_failed(&r);
+				stats_slot_released(false);
 				ereport(WARNING,
 						(errcode(ERRCODE_CONNECTION_FAILURE),
 						 errmsg("slidewin could not release a concurrency slot; its lease will end it"),
@@ -559,7 +572,10 @@ slidewin_release(PG_FUNCTION_ARGS)
 			}
 		}
 		else
+		{
 			released = true;
+			stats_slot_released(false);
+		}
 	}
 	if (fallback_release(&key))
 		released = true;

@@ -722,6 +722,7 @@ warn_dropped(int level, RefundEntry *e, const char *why)
 {
 	if (e->kind == KIND_RELEASE)
 	{
+		stats_slot_released(false);
 		ereport(level,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("slidewin could not release a concurrency slot; its lease will end it"),
@@ -762,6 +763,8 @@ settle(RefundEntry *e, redisReply *reply, int level)
 		case REFUND_GIVEN:
 		case REFUND_NOTHING:
 			script_known_on[e->kind] = redis_connection_id();
+			if (e->kind == KIND_RELEASE)
+				stats_slot_released(true);
 			finish(e, v == REFUND_GIVEN);
 			break;
 		case REFUND_NOSCRIPT:
@@ -1005,6 +1008,8 @@ refund_at_exit(int code, Datum arg)
 				stats_refund(false);
 			}
 		}
+		if (e->kind == KIND_RELEASE)
+			stats_slot_released(false);
 		/* a sent one may have been applied: move the generation anyway */
 		finish(e, false);
 	}

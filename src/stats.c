@@ -82,6 +82,7 @@ int			slidewin_stats_max_rules = 1000;
 int			slidewin_track_keys = 1000;
 
 PG_FUNCTION_INFO_V1(slidewin_stats_fn);
+PG_FUNCTION_INFO_V1(slidewin_slot_stats_fn);
 PG_FUNCTION_INFO_V1(slidewin_stats_rules);
 PG_FUNCTION_INFO_V1(slidewin_top_keys);
 PG_FUNCTION_INFO_V1(slidewin_stats_reset);
@@ -103,8 +104,21 @@ typedef enum Counter
 	C_BREAKER_TRIPS,
 	C_REFUNDS,
 	C_REFUNDS_DROPPED,
+	/* concurrency slots (1.7): rl_slot_stats(), the last columns of rl_stats */
+	C_SLOT_ACQUISITIONS,
+	C_SLOT_DENIALS,
+	C_SLOT_WAITS,
+	C_SLOT_RELEASES,
+	C_SLOT_LEASES_ENDED,
+	C_SLOT_RELEASES_LOST,
 	NCOUNTERS
 } Counter;
+
+/* rl_stats()'s counters, the columns it has had since 1.2. */
+#define NCOUNTERS_RATE (C_REFUNDS_DROPPED + 1)
+
+/* The rule "algorithm" of concurrency slots in rl_stats_rules (lim: max, win: lease). */
+#define RULE_CONCURRENCY 100
 
 /* Four buckets per power of two; the last one holds everything from 2^25 us (~34 s). */
 #define RTT_BUCKETS 100
@@ -443,6 +457,13 @@ stats_refund(bool done)
 		bump(done ? C_REFUNDS : C_REFUNDS_DROPPED, 1);
 }
 
+void
+stats_slot_released(bool delivered)
+{
+	if (stats_on())
+		bump(delivered ? C_SLOT_RELEASES : C_SLOT_RELEASES_LOST, 1);
+}
+
 /* ---------------------------------------------------------------------
  * Rules
  * ---------------------------------------------------------------------
@@ -500,19 +521,17 @@ rule_lookup(const RuleKey *key)
 	return index;
 }
 
+/*
+ * Count one call of a rule: admitted (with its units) or denied, near the
+ * limit (an admission that left at most a fifth of it), shadowed.
+ */
 static void
-count_rule(const RlArgs *args, const RlOutcome *o)
+count_rule_key(const RuleKey *rkey, bool admitted, int64 units, bool near, bool shadowed)
 {
-	RuleKey		key;
+	RuleKey		key = *rkey;
 	RuleCacheEntry *lc;
 	uint64		gen = pg_atomic_read_u64(&ss->reset_gen);
-	bool		admitted = o->allowed;
-	bool		near = o->allowed && !o->shadowed && o->known && o->remaining * 5 <= args->lim;
 
-	memset(&key, 0, sizeof(key));
-	key.algorithm = args->algorithm;
-	key.lim = args->lim;
-	key.win_us = args->win_us;
 	if (!rule_cache_ready)
 	{
 		for (int i = 0; i < RULE_CACHE; i++)
@@ -548,13 +567,13 @@ count_rule(const RlArgs *args, const RlOutcome *o)
 			if (admitted)
 			{
 				e->admitted++;
-				e->units_admitted += args->cost;
+				e->units_admitted += units;
 			}
 			else
 				e->denied++;
 			if (near)
 				e->near_limit++;
-			if (o->shadowed)
+			if (shadowed)
 				e->shadow_denials++;
 			counted = true;
 		}
@@ -564,6 +583,47 @@ count_rule(const RlArgs *args, const RlOutcome *o)
 		lc->index = -1;
 		gen = pg_atomic_read_u64(&ss->reset_gen);
 	}
+}
+
+static void
+count_rule(const RlArgs *args, const RlOutcome *o)
+{
+	RuleKey		key;
+
+	memset(&key, 0, sizeof(key));
+	key.algorithm = args->algorithm;
+	key.lim = args->lim;
+	key.win_us = args->win_us;
+	count_rule_key(&key, o->allowed, args->cost,
+				   o->allowed && !o->shadowed && o->known && o->remaining * 5 <= args->lim,
+				   o->shadowed);
+}
+
+/*
+ * An rl_acquire call, counted once whatever it waited: acquired or denied,
+ * whether it waited, the leases the store found ended, and its rule
+ * (concurrency, max, lease), where an acquisition that left at most a fifth
+ * of the slots free is near the limit. holders < 0: unknown.
+ */
+void
+stats_count_slot(int64 max, int64 lease_us, bool acquired, int64 holders, bool waited,
+				 int64 leases_ended)
+{
+	RuleKey		key;
+
+	if (!stats_on())
+		return;
+	bump(acquired ? C_SLOT_ACQUISITIONS : C_SLOT_DENIALS, 1);
+	if (waited)
+		bump(C_SLOT_WAITS, 1);
+	if (leases_ended > 0)
+		bump(C_SLOT_LEASES_ENDED, leases_ended);
+	memset(&key, 0, sizeof(key));
+	key.algorithm = RULE_CONCURRENCY;
+	key.lim = max;
+	key.win_us = lease_us;
+	count_rule_key(&key, acquired, acquired ? 1 : 0,
+				   acquired && holders >= 0 && (max - holders) * 5 <= max, false);
 }
 
 /* ---------------------------------------------------------------------
@@ -799,22 +859,13 @@ rtt_percentile(const uint64 *hist, uint64 n, double p, bool *isnull)
 	return interval_us(rtt_bucket_floor(RTT_BUCKETS));
 }
 
-/* rl_stats(): the counters summed over every slot, less the reset's baseline. */
-Datum
-slidewin_stats_fn(PG_FUNCTION_ARGS)
+/* The counters and round-trip histogram summed over every slot, less the reset's baseline. */
+static void
+read_counters(uint64 *sum, uint64 *hist, uint64 *n, TimestampTz *reset)
 {
-	TupleDesc	tupdesc;
-	Datum		values[NCOUNTERS + 3];
-	bool		nulls[NCOUNTERS + 3] = {0};
-	uint64		sum[NCOUNTERS] = {0};
-	uint64		hist[RTT_BUCKETS] = {0};
-	uint64		n = 0;
-	TimestampTz reset;
-
-	require_shared();
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
+	memset(sum, 0, NCOUNTERS * sizeof(uint64));
+	memset(hist, 0, RTT_BUCKETS * sizeof(uint64));
+	*n = 0;
 	LWLockAcquire(ss->lock, LW_SHARED);
 	for (int i = 0; i <= ss->nslots; i++)
 	{
@@ -830,16 +881,54 @@ slidewin_stats_fn(PG_FUNCTION_ARGS)
 	for (int b = 0; b < RTT_BUCKETS; b++)
 	{
 		hist[b] -= ss->base_rtt[b];
-		n += hist[b];
+		*n += hist[b];
 	}
-	reset = ss->stats_reset;
+	*reset = ss->stats_reset;
 	LWLockRelease(ss->lock);
+}
 
-	for (int c = 0; c < NCOUNTERS; c++)
+/* rl_stats(): the rate limits' counters, round trips and the reset time. */
+Datum
+slidewin_stats_fn(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[NCOUNTERS_RATE + 3];
+	bool		nulls[NCOUNTERS_RATE + 3] = {0};
+	uint64		sum[NCOUNTERS];
+	uint64		hist[RTT_BUCKETS];
+	uint64		n;
+	TimestampTz reset;
+
+	require_shared();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	read_counters(sum, hist, &n, &reset);
+	for (int c = 0; c < NCOUNTERS_RATE; c++)
 		values[c] = Int64GetDatum((int64) sum[c]);
-	values[NCOUNTERS] = rtt_percentile(hist, n, 0.50, &nulls[NCOUNTERS]);
-	values[NCOUNTERS + 1] = rtt_percentile(hist, n, 0.99, &nulls[NCOUNTERS + 1]);
-	values[NCOUNTERS + 2] = TimestampTzGetDatum(reset);
+	values[NCOUNTERS_RATE] = rtt_percentile(hist, n, 0.50, &nulls[NCOUNTERS_RATE]);
+	values[NCOUNTERS_RATE + 1] = rtt_percentile(hist, n, 0.99, &nulls[NCOUNTERS_RATE + 1]);
+	values[NCOUNTERS_RATE + 2] = TimestampTzGetDatum(reset);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/* rl_slot_stats(): the concurrency slots' counters (1.7), the last columns of rl_stats. */
+Datum
+slidewin_slot_stats_fn(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[NCOUNTERS - NCOUNTERS_RATE];
+	bool		nulls[NCOUNTERS - NCOUNTERS_RATE] = {0};
+	uint64		sum[NCOUNTERS];
+	uint64		hist[RTT_BUCKETS];
+	uint64		n;
+	TimestampTz reset;
+
+	require_shared();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	read_counters(sum, hist, &n, &reset);
+	for (int c = NCOUNTERS_RATE; c < NCOUNTERS; c++)
+		values[c - NCOUNTERS_RATE] = Int64GetDatum((int64) sum[c]);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }
 
@@ -872,7 +961,8 @@ slidewin_stats_rules(PG_FUNCTION_ARGS)
 			nulls[0] = nulls[1] = nulls[2] = true;
 		else
 		{
-			values[0] = CStringGetTextDatum(limit_algorithm_name(copy.key.algorithm));
+			values[0] = CStringGetTextDatum(copy.key.algorithm == RULE_CONCURRENCY ? "concurrency" :
+											limit_algorithm_name(copy.key.algorithm));
 			values[1] = Int64GetDatum(copy.key.lim);
 			values[2] = interval_us(copy.key.win_us);
 		}

@@ -38,6 +38,10 @@ extern void stats_redis_failed(RedisStatus status);
 extern void stats_breaker_trip(void);
 extern void stats_reconnect(void);
 extern void stats_refund(bool done);
+/* Concurrency slots (lease.c, refund.c). */
+extern void stats_count_slot(int64 max, int64 lease_us, bool acquired, int64 holders,
+							 bool waited, int64 leases_ended);
+extern void stats_slot_released(bool delivered);
 /* One request answered by Redis, in microseconds from sending to reply. */
 extern void stats_redis_rtt(int64 us);
 
