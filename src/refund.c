@@ -968,6 +968,7 @@ refund_at_exit(int code, Datum arg)
 	int			budget = Min(slidewin_command_timeout, EXIT_BUDGET_MS);
 	int			unsent = 0;
 	int			unconfirmed = 0;
+	int			releases_lost = 0;
 
 	if (q_head == n_queue)
 		return;
@@ -997,28 +998,35 @@ refund_at_exit(int code, Datum arg)
 
 		if (e->state == ENTRY_DONE)
 			continue;
-		if (e->state == ENTRY_SENT)
+		if (e->kind == KIND_RELEASE)
+		{
+			/* its lease ends it; counted as lost, sent or not */
+			releases_lost++;
+			stats_slot_released(false);
+		}
+		else if (e->state == ENTRY_SENT)
 			unconfirmed++;
 		else
 		{
 			unsent++;
-			if (e->kind == KIND_REFUND)
-			{
-				refund_dropped_count++;
-				stats_refund(false);
-			}
+			refund_dropped_count++;
+			stats_refund(false);
 		}
-		if (e->kind == KIND_RELEASE)
-			stats_slot_released(false);
 		/* a sent one may have been applied: move the generation anyway */
 		finish(e, false);
 	}
 	if (unsent > 0 || unconfirmed > 0)
 		ereport(LOG,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("slidewin dropped %d refunds or slot releases at backend exit", unsent),
-				 errdetail("%d could not be sent to Redis; %d were sent but not confirmed.",
+				 errmsg("slidewin dropped %d refunds at backend exit", unsent),
+				 errdetail("%d refunds could not be sent to Redis; %d were sent but not confirmed.",
 						   unsent, unconfirmed)));
+	if (releases_lost > 0)
+		ereport(LOG,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("slidewin could not confirm the release of %d concurrency slots at backend exit",
+						releases_lost),
+				 errdetail("Their leases end them.")));
 }
 
 /* ---------------------------------------------------------------------
