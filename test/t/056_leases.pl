@@ -2,7 +2,8 @@
 #  - exactness: 8 clients on each of two servers sharing one Redis, max 3,
 #    for 20 s; each transaction acquires (waiting up to a second), holds for
 #    5-50 ms, then commits, rolls back, or rolls back to a savepoint that
-#    took the slot. The spans each holder saw (clock_timestamp() after
+#    took the slot, or raises an error in a PL/pgSQL block that took it. The
+#    spans each holder saw (clock_timestamp() after
 #    acquiring, before finishing) never overlap more than 3 deep;
 #  - a waiter is woken by a release, well before the lease could end it,
 #    and a wait that times out takes nothing;
@@ -41,8 +42,27 @@ sub spans
 my $script = "$dir/hold.sql";
 open(my $fh, '>', $script) or die "cannot write $script: $!";
 print $fh <<'EOS';
-\set how random(1, 4)
+\set how random(1, 5)
 \set ms random(5, 50)
+\if :how = 5
+DO $$
+DECLARE
+  t1 float8;
+BEGIN
+  BEGIN
+    IF (rl_acquire('ls:x', 3, '1 minute', '1 second')).acquired THEN
+      t1 := extract(epoch FROM clock_timestamp());
+      PERFORM pg_sleep(0.005 + random() * 0.045);
+      -- recorded by another session, so that the error below keeps it
+      PERFORM dblink_exec('dbname=postgres port=' || current_setting('port') || ' host=' || current_setting('unix_socket_directories'),
+        format('INSERT INTO spans VALUES (to_timestamp(%s), clock_timestamp())', t1));
+    END IF;
+    RAISE EXCEPTION 'undo the block';
+  EXCEPTION WHEN raise_exception THEN
+    NULL;
+  END;
+END $$;
+\else
 BEGIN;
 SAVEPOINT s;
 SELECT acquired::int AS ok FROM rl_acquire('ls:x', 3, '1 minute', '1 second') \gset
@@ -63,6 +83,7 @@ INSERT INTO spans VALUES (to_timestamp(:t1), to_timestamp(:t2));
 \else
 COMMIT;
 INSERT INTO denials VALUES (1);
+\endif
 \endif
 EOS
 close $fh;
@@ -89,7 +110,7 @@ sub run_clients
 
 for my $n ($a_node, $b_node)
 {
-	$n->safe_psql('postgres', 'CREATE TABLE spans (t1 timestamptz, t2 timestamptz); CREATE TABLE denials (x int)');
+	$n->safe_psql('postgres', 'CREATE EXTENSION dblink; CREATE TABLE spans (t1 timestamptz, t2 timestamptz); CREATE TABLE denials (x int)');
 }
 
 # ---------------------------------------------------------------------
