@@ -97,6 +97,12 @@ SELECT ticket IS NULL AS no_entry_no_ticket
 SELECT has_table_privilege('public', 'rl_ticket_secret', 'SELECT') AS public_may_read_secret,
        (SELECT count(*) FROM rl_ticket_secret) AS secrets,
        (SELECT length(secret) FROM rl_ticket_secret) AS secret_bytes;
+-- 1.7: rl_block and rl_unblock, not PUBLIC's, and the fallback store's
+-- table of blocks.
+SELECT has_function_privilege('public', 'rl_block(text,interval)', 'EXECUTE') AS public_may_block,
+       has_function_privilege('public', 'rl_unblock(text)', 'EXECUTE') AS public_may_unblock,
+       has_table_privilege('public', 'rl_fallback_block', 'SELECT') AS public_may_read_blocks,
+       pg_get_function_result('rl_block(text,interval)'::regprocedure) AS block_returns;
 
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any
