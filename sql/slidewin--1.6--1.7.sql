@@ -89,3 +89,34 @@ LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 COMMENT ON FUNCTION rl_slot_stats() IS
 'slidewin''s server-wide counters of concurrency slots since stats_reset; the rl_stats view reads them.';
 CREATE OR REPLACE VIEW rl_stats AS SELECT s.*, l.* FROM rl_stats() s, rl_slot_stats() l;
+-- ---------------------------------------------------------------------
+-- Blocks: rl_block(key, duration) denies every call on the key until the
+-- block ends; rl_unblock(key) lifts it. A block lives in Redis (one key per
+-- user key) and, so that it still holds while Redis cannot answer, in the
+-- fallback table below.
+-- ---------------------------------------------------------------------
+CREATE UNLOGGED TABLE rl_fallback_block (
+    key     text COLLATE "C" NOT NULL,   -- key_prefix || key
+    until   bigint NOT NULL              -- the block's end, Unix microseconds
+);
+CREATE INDEX rl_fallback_block_key ON rl_fallback_block (key);
+CREATE INDEX rl_fallback_block_until ON rl_fallback_block (until);
+REVOKE ALL ON rl_fallback_block FROM PUBLIC;
+COMMENT ON TABLE rl_fallback_block IS
+'slidewin fallback store: the blocks set by rl_block, one row per key, with the block''s end. Internal; do not modify.';
+
+CREATE FUNCTION rl_block(key text, duration interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'slidewin_block'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_block(text, interval) IS
+'Deny every call on key, whatever its algorithm and limit, for duration (at most 3650 days), in Redis and in the fallback store; a block already longer is kept. Returns when the block ends. Not granted to PUBLIC.';
+REVOKE EXECUTE ON FUNCTION rl_block(text, interval) FROM PUBLIC;
+
+CREATE FUNCTION rl_unblock(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'slidewin_unblock'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_unblock(text) IS
+'Lift the block of key, in Redis and in the fallback store. Returns whether a block was in force. Not granted to PUBLIC.';
+REVOKE EXECUTE ON FUNCTION rl_unblock(text) FROM PUBLIC;

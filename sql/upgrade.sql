@@ -99,6 +99,12 @@ SELECT has_table_privilege('public', 'rl_ticket_secret', 'SELECT') AS public_may
        (SELECT length(secret) FROM rl_ticket_secret) AS secret_bytes;
 SELECT has_function_privilege('public', 'rl_refund(text,text)', 'EXECUTE') AS public_may_refund,
        has_function_privilege('public', 'rl_penalize(text,bigint,interval,bigint,text)', 'EXECUTE') AS public_may_penalize;
+-- 1.7: rl_block and rl_unblock, not PUBLIC's, and the fallback store's
+-- table of blocks.
+SELECT has_function_privilege('public', 'rl_block(text,interval)', 'EXECUTE') AS public_may_block,
+       has_function_privilege('public', 'rl_unblock(text)', 'EXECUTE') AS public_may_unblock,
+       has_table_privilege('public', 'rl_fallback_block', 'SELECT') AS public_may_read_blocks,
+       pg_get_function_result('rl_block(text,interval)'::regprocedure) AS block_returns;
 
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any

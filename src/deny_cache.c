@@ -28,6 +28,12 @@
  * reset elsewhere can keep a call denied that Redis would admit. The cache
  * only ever denies: it never admits.
  *
+ * A denial because the key is blocked (rl_block) is kept like any other,
+ * but for at most BLOCK_CACHE_US: an rl_unblock in this server voids it at
+ * once (it bumps the generation, as a reset does), and one made through
+ * another server sharing the Redis is seen within that time, however long
+ * the block was to last.
+ *
  * The end of a denial is measured on the monotonic clock from a reading
  * taken before the request was sent, so it can only come before the moment
  * Redis computed, never after; a step of the wall clock does not move it.
@@ -89,6 +95,7 @@ typedef struct KnownDenial
 	int64		remaining;
 	int64		used;
 	int64		reset_at_us;
+	bool		blocked;		/* by rl_block: denied whatever the cost */
 } KnownDenial;
 
 typedef struct DenyShared
@@ -102,6 +109,9 @@ typedef struct DenyShared
 static DenyShared *shared = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* The longest a denial by a block is answered from the cache (see above). */
+#define BLOCK_CACHE_US USECS_PER_SEC
 
 /* Local: a direct-mapped table, one entry per slot; a new key evicts. */
 #define SLOTS 1024
@@ -122,6 +132,7 @@ typedef struct DenyEntry
 	int64		remaining;
 	int64		used;
 	int64		reset_at_us;
+	bool		blocked;
 } DenyEntry;
 
 static DenyEntry *slots = NULL;
@@ -244,6 +255,7 @@ deny_cache_lookup(const RlArgs *args, RlOutcome *o)
 	o->recorded_ts = -1;
 	o->shadowed = false;
 	o->stable_us = e->until_us - now;
+	o->blocked = e->blocked;
 	return true;
 }
 
@@ -289,12 +301,13 @@ remember_known(const RlArgs *args, const DenyStamp *s, const RlOutcome *o)
 	k->algorithm = (int) args->algorithm;
 	k->lim = args->lim;
 	k->win_us = args->win_us;
-	k->cost = args->cost;
+	k->cost = o->blocked ? 1 : args->cost;
 	k->test_clock = s->test_clock;
 	k->until_us = s->clock_us + o->retry_us;
 	k->remaining = o->remaining;
 	k->used = o->used;
 	k->reset_at_us = o->reset_at_us;
+	k->blocked = o->blocked;
 	SpinLockRelease(&k->mutex);
 }
 
@@ -336,6 +349,7 @@ deny_cache_known_denial(const RlArgs *args, RlOutcome *o)
 	o->recorded_ts = -1;
 	o->shadowed = false;
 	o->stable_us = 0;
+	o->blocked = copy.blocked;
 	return true;
 }
 
@@ -385,11 +399,14 @@ deny_cache_remember(const RlArgs *args, const DenyStamp *s, const RlOutcome *o)
 	e->win_us = args->win_us;
 	e->cost = args->cost;
 	e->until_us = s->clock_us + Min(o->retry_us, o->stable_us);
+	if (o->blocked)
+		e->until_us = Min(e->until_us, s->clock_us + BLOCK_CACHE_US);
 	e->free_at_us = s->clock_us + o->retry_us;
 	e->test_clock = s->test_clock;
 	e->remaining = o->remaining;
 	e->used = o->used;
 	e->reset_at_us = o->reset_at_us;
+	e->blocked = o->blocked;
 }
 
 void

@@ -112,6 +112,9 @@ log_denial(const RlArgs *args, const RlOutcome *o, bool shadow)
 	ereport(slidewin_log_denials,
 			(errmsg(shadow ? "slidewin would deny key \"%s\" (shadow mode)"
 					: "slidewin denied key \"%s\"", key_text(args)),
+			 o->blocked ?
+			 errdetail("The key is blocked. Store %s; retry after " INT64_FORMAT " seconds.",
+					   o->store, retry_seconds(o)) :
 			 o->known ?
 			 errdetail("Used " INT64_FORMAT " of " INT64_FORMAT " units in the last %s; the call needed " INT64_FORMAT ". Store %s; retry after " INT64_FORMAT " seconds.",
 					   o->used - (shadow ? args->cost : 0), args->lim,
@@ -184,6 +187,8 @@ raise_denied(const RlArgs *args, const RlOutcome *o, const char *detail_text,
 
 	if (detail_text)
 		detail = pstrdup(detail_text);
+	else if (o->blocked)
+		detail = pstrdup("The key is blocked: every call is denied until the block ends.");
 	else if (o->known)
 		detail = psprintf("Used " INT64_FORMAT " of " INT64_FORMAT " units in the last %s; this call needs " INT64_FORMAT ".",
 						  o->used, args->lim, window_text(args->win_us), args->cost);

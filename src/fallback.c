@@ -92,6 +92,7 @@
 
 #include "compat.h"
 #include "fallback.h"
+#include "fallback_block.h"
 #include "store_redis.h"
 
 /* Distinguishes our lock tags from user advisory locks (which use 1 and 2). */
@@ -211,6 +212,7 @@ invalidate_oids(Datum arg, Oid relid)
 }
 
 static void heads_xact_callback(XactEvent event, void *arg);
+static void fallback_peek_unblocked(const RlArgs *args, RlOutcome *o);
 
 void
 fallback_init(void)
@@ -1335,7 +1337,7 @@ log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (read_state(&s, args, false, NULL, &st) && decide(&s, &st, 1, true, o))
+		if (read_state(&s, args, false, NULL, &st) && decide(&s, &st, args->cost, true, o))
 			break;
 	}
 	for (int i = 0; i < st.n; i++)
@@ -1599,23 +1601,50 @@ counter_peek(const RlArgs *args, RlOutcome *o)
 	FbScan		s;
 
 	scan_open(&s, TBL_STATE, stored_key(args), AccessShareLock);
-	counter_call(&s, args, 1, true, o);
+	counter_call(&s, args, args->cost, true, o);
 	scan_close(&s);
 }
 
+/*
+ * A call on a key that the table of blocks (fallback_block.c) says is
+ * blocked is answered like a peek, so that it records nothing, and then
+ * denied until the block ends; in shadow mode it is recorded, as a denial
+ * is.
+ */
 void
 fallback_attempt(const RlArgs *args, RlOutcome *o)
 {
-	if (args->algorithm == ALGO_SLIDING_LOG)
+	int64		block_us = fallback_block_left(args);
+
+	if (block_us > 0 && !args->force)
+		fallback_peek_unblocked(args, o);
+	else if (args->algorithm == ALGO_SLIDING_LOG)
 		log_attempt(TBL_LOG, args, o);
 	else if (args->algorithm == ALGO_MULTI_LOG)
 		log_attempt(TBL_MLOG, args, o);
 	else
 		counter_attempt(args, o);
+	if (block_us > 0)
+		fallback_block_outcome(block_us, o);
 }
 
 void
 fallback_peek(const RlArgs *args, RlOutcome *o)
+{
+	int64		block_us = fallback_block_left(args);
+
+	fallback_peek_unblocked(args, o);
+	if (block_us > 0)
+		fallback_block_outcome(block_us, o);
+}
+
+/*
+ * Decide a call of args->cost without recording it: 1 for rl_peek, the
+ * call's own for an attempt on a blocked key (its retry_after then counts
+ * the limit's wait too).
+ */
+static void
+fallback_peek_unblocked(const RlArgs *args, RlOutcome *o)
 {
 	if (args->algorithm == ALGO_SLIDING_LOG)
 		log_peek(TBL_LOG, args, o);
@@ -1737,4 +1766,31 @@ fallback_reset(const RlArgs *args)
 		scan_close(&s);
 	}
 	CommandCounterIncrement();
+}
+
+/*
+ * For the table of blocks (fallback_block.c): the key as this store keeps
+ * it, its clock, and a relation of the extension that may be missing (the
+ * table of blocks came with 1.7; a database not yet updated has none).
+ */
+text *
+fallback_stored_key(const RlArgs *args)
+{
+	return stored_key(args);
+}
+
+int64
+fallback_clock(void)
+{
+	return fallback_now();
+}
+
+Oid
+fallback_relid_if_any(const char *relname)
+{
+	Oid			ext = get_extension_oid("slidewin", true);
+
+	if (!OidIsValid(ext))
+		return InvalidOid;
+	return get_relname_relid(relname, extension_schema(ext));
 }

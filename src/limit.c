@@ -230,6 +230,7 @@ limit_outcome_judged(const RlArgs *args, RlOutcome *o)
 	o->lim = args->algorithm == ALGO_MULTI_LOG ? -1 : args->lim;
 	o->win_us = args->algorithm == ALGO_MULTI_LOG ? 0 : args->win_us;
 	o->entry_ts = -1;
+	o->blocked = false;
 }
 
 static Interval *

@@ -54,6 +54,8 @@ typedef struct RlOutcome
 	int64		win_us;			/* and its window */
 	int64		entry_ts;		/* the log entry this call recorded (Redis score or
 								 * fallback ts), for its ticket; -1 when none */
+	bool		blocked;		/* denied because the key is blocked (rl_block);
+								 * retry_us runs at least to the block's end */
 } RlOutcome;
 
 extern char *slidewin_test_now;

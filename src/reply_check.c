@@ -156,6 +156,8 @@ check_fields(OutcomeCheck *ck)
 	RlAlgorithm algo = call->algorithm;
 	bool		peek = call->peek;
 	bool		allowed = (v[RF_ALLOWED] == 1);
+	/* 2: denied because the key is blocked (rl_block), whatever its units */
+	bool		blocked = (v[RF_ALLOWED] == 2);
 	bool		written = !peek && (allowed || call->force);
 	int64_t		cost = peek ? 1 : call->cost;
 	int64_t		lim = call->lim;
@@ -169,7 +171,7 @@ check_fields(OutcomeCheck *ck)
 		for (int i = 0; i < call->nwin; i++)
 			maxlim = max64(maxlim, call->lims[i]);
 
-	expect(ck, v[RF_ALLOWED] == 0 || v[RF_ALLOWED] == 1, RF_ALLOWED, "it must be 0 or 1");
+	expect(ck, v[RF_ALLOWED] >= 0 && v[RF_ALLOWED] <= 2, RF_ALLOWED, "it must be 0, 1 or 2");
 	if (algo == ALGO_MULTI_LOG)
 		expect(ck, v[RF_WINDOW] >= 1 && v[RF_WINDOW] <= call->nwin, RF_WINDOW,
 			   "it must be between 1 and %d", call->nwin);
@@ -179,6 +181,9 @@ check_fields(OutcomeCheck *ck)
 	if (!allowed && written)
 		expect(ck, v[RF_REMAINING] == 0, RF_REMAINING,
 			   "it must be 0 for a call recorded over the limit");
+	if (blocked)
+		expect(ck, v[RF_REMAINING] == 0, RF_REMAINING,
+			   "it must be 0 when the key is blocked");
 	if (peek && allowed && algo != ALGO_SLIDING_COUNTER && algo != ALGO_TOKEN_BUCKET)
 		expect(ck, v[RF_REMAINING] >= 1, RF_REMAINING,
 			   "it must be at least 1 when a call would be admitted");
@@ -187,10 +192,11 @@ check_fields(OutcomeCheck *ck)
 		expect(ck, v[RF_RETRY] == 0, RF_RETRY, "it must be 0 when the call is admitted");
 	else
 		expect(ck, v[RF_RETRY] >= 1, RF_RETRY, "it must be positive when the call is denied");
-	if (!allowed && algo == ALGO_FIXED_WINDOW)
+	/* a block may outlast any window */
+	if (!allowed && !blocked && algo == ALGO_FIXED_WINDOW)
 		expect(ck, v[RF_RETRY] <= call->win_us, RF_RETRY,
 			   "it must be at most the window, %" PRId64, call->win_us);
-	if (!allowed && algo == ALGO_SLIDING_COUNTER)
+	if (!allowed && !blocked && algo == ALGO_SLIDING_COUNTER)
 		expect(ck, v[RF_RETRY] <= 2 * call->win_us, RF_RETRY,
 			   "it must be at most two windows, %" PRId64, 2 * call->win_us);
 
@@ -205,7 +211,7 @@ check_fields(OutcomeCheck *ck)
 	 * Only once used is known not to be negative: lim - used must not
 	 * overflow, whatever a hostile reply holds.
 	 */
-	if (exact && ck->ok)
+	if (exact && ck->ok && !blocked)
 	{
 		/* the units before this call, and the decision they lead to */
 		int64_t		before = written ? v[RF_USED] - cost : v[RF_USED];
@@ -298,6 +304,40 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 	ck.why = why;
 	ck.whysize = whysize;
 	return check_fields(&ck);
+}
+
+bool
+reply_check_block(const redisReply *rep, const ReplyBlockCall *call,
+				  int64_t *v, char *why, size_t whysize)
+{
+	const char *what = call->unblock ? "rl_unblock" : "rl_block";
+
+	if (rep->type != REDIS_REPLY_INTEGER)
+		return refuse(why, whysize, "The %s reply is %s, not an integer.",
+					  what, reply_type_name(rep));
+	*v = rep->integer;
+	if (call->unblock)
+	{
+		if (*v != 0 && *v != 1)
+			return refuse(why, whysize, "The rl_unblock reply is %" PRId64 ", but it must be 0 or 1.",
+						  *v);
+		return true;
+	}
+	if (!valid_time(*v) || *v < 1)
+		return refuse(why, whysize, "The rl_block reply is %" PRId64 ", which is not a valid time.",
+					  *v);
+	if (call->clock_set)
+	{
+		int64_t		want;
+
+		if (__builtin_add_overflow(call->clock_us, call->duration_us, &want))
+			return refuse(why, whysize, "The rl_block reply is %" PRId64 ", but the block asked for ends past the last valid time.",
+						  *v);
+		if (*v < want)
+			return refuse(why, whysize, "The rl_block reply is %" PRId64 ", but the block must end at %" PRId64 " or later.",
+						  *v, want);
+	}
+	return true;
 }
 
 bool

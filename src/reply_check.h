@@ -59,6 +59,23 @@ typedef struct ReplyCall
 extern bool reply_check_outcome(const redisReply *reply, const ReplyCall *call,
 								int64_t v[RF_COUNT], char *why, size_t whysize);
 
+/* What the block script (rl_block, rl_unblock) was asked. */
+typedef struct ReplyBlockCall
+{
+	bool		unblock;
+	int64_t		duration_us;	/* rl_block: the block asked for */
+	bool		clock_set;		/* the test clock was passed, as clock_us */
+	int64_t		clock_us;
+} ReplyBlockCall;
+
+/*
+ * The reply to the block script: rl_block's is the block's end, a time at
+ * least duration_us after the test clock when that was passed; rl_unblock's
+ * is 1 (a block was lifted) or 0. True with the value in *v.
+ */
+extern bool reply_check_block(const redisReply *reply, const ReplyBlockCall *call,
+							  int64_t *v, char *why, size_t whysize);
+
 /* The reply to DEL of at most `most` keys: how many it removed. */
 extern bool reply_check_del(const redisReply *reply, int most, char *why, size_t whysize);
 

@@ -26,6 +26,16 @@
  * counts units subtracts the ledger's units over the same range of scores.
  * Most keys never have a ledger, and pay one EXISTS for it.
  *
+ * Blocks (rl_block): one string key per user key, holding the block's end in
+ * microseconds on the clock of the script that set it, and expiring then.
+ * Every outcome script names it as its last key: a call on a key whose block
+ * has not ended is denied, reported with allowed = 2 (denied by a block),
+ * remaining 0 and a retry_after that runs at least to the block's end, and
+ * records nothing (shadow mode records it, as it records any denial). The
+ * logs ask for it in the EXISTS they already make for the ledger, which
+ * costs the same with two keys; the counting algorithms add one GET. A key
+ * never blocked pays nothing more.
+ *
  * Numbers in Redis Lua are doubles, and Lua turns them into strings with
  * %.14g, which would round microsecond timestamps; every number handed to
  * redis.call goes through fmt() for that reason.
@@ -52,10 +62,37 @@
 "  local t = redis.call('TIME')\n" \
 "  return tonumber(t[1]) * 1000000 + tonumber(t[2])\n" \
 "end\n" \
-"-- The ledger key when it exists (most keys never had a refund).\n" \
-"local function ledger(lkey)\n" \
-"  if redis.call('EXISTS', lkey) == 1 then return lkey end\n" \
-"  return nil\n" \
+"-- Under Cluster the block key is kept too (bkeep: its key, else false),\n" \
+"-- holding 0 until a block is set, for as long as any structure of its\n" \
+"-- user key lives (keep_block).\n" \
+"local bkeep = false\n" \
+"-- The end of the key's block (0: never blocked; it has ended once the\n" \
+"-- clock passes it).\n" \
+"local function block_end(bk)\n" \
+"  return tonumber(redis.call('GET', bk) or '0')\n" \
+"end\n" \
+"-- The ledger key when it exists (most keys never had a refund), and the\n" \
+"-- end of the key's block: one EXISTS for both, as most keys have neither.\n" \
+"local function ledger_block(lkey, bk)\n" \
+"  local n = redis.call('EXISTS', lkey, bk)\n" \
+"  if n == 0 then return nil, 0 end\n" \
+"  local b = redis.call('GET', bk)\n" \
+"  if not b then return lkey, 0 end\n" \
+"  if n == 2 then return lkey, tonumber(b) end\n" \
+"  return nil, tonumber(b)\n" \
+"end\n" \
+"-- Under Cluster: the block key lives at least ttl ms more.\n" \
+"local function keep_block(ttl)\n" \
+"  if not bkeep then return end\n" \
+"  local p = redis.call('PTTL', bkeep)\n" \
+"  if p == -2 then redis.call('SET', bkeep, '0', 'PX', ttl)\n" \
+"  elseif p >= 0 and p < tonumber(ttl) then redis.call('PEXPIRE', bkeep, ttl) end\n" \
+"end\n" \
+"-- The reply r of a call on a key blocked until bend, if that is after now:\n" \
+"-- denied by the block (2), nothing left, no retry before the block ends.\n" \
+"local function blocked(r, bend, now)\n" \
+"  if bend > now then r[1], r[2], r[3] = 2, 0, math.max(r[3], bend - now) end\n" \
+"  return r\n" \
 "end\n" \
 "-- Units the ledger gave back for entries scored at most s (O(log n)).\n" \
 "local function refunded_upto(lk, s)\n" \
@@ -164,23 +201,26 @@
 "  local ttl = fmt(math.ceil((ts + win - now) / 1000) + 1)\n" \
 "  redis.call('PEXPIRE', key, ttl)\n" \
 "  if lk then redis.call('PEXPIRE', lk, ttl) end\n" \
+"  keep_block(ttl)\n" \
 "  return ts\n" \
 "end\n"
 
 /*
- * KEYS[1] log, KEYS[2] ledger; ARGV lim, win (us), cost, now (us, or '' for
- * Redis TIME), force ('1': record the call even if it is over the limit, for
- * shadow mode), and 'k' under Redis Cluster (keep the ledger, see keep).
+ * KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV lim, win (us), cost, now
+ * (us, or '' for Redis TIME), force ('1': record the call even if it is over
+ * the limit or blocked, for shadow mode), and 'k' under Redis Cluster (keep
+ * the ledger and the block key, see keep).
  * Returns {allowed, remaining, retry_after_us, reset_at_us, used, recorded,
  * stable_us}, where recorded is the score of the entry written, or -1, and
  * stable_us (on a denial) is how long the same call would get the same answer
  * if nothing else wrote to the key: until the oldest entry in the window
  * leaves it, or retry_after, whichever comes first. A forced call over the
- * limit reports allowed = 0 with the retry_after it would have had.
+ * limit reports allowed = 0 with the retry_after it would have had; a call
+ * on a blocked key, allowed = 2 (see blocked).
  */
 static const char lua_log_attempt[] = LUA_PRELUDE
-"local key, lk = KEYS[1], ledger(KEYS[2])\n"
-"if ARGV[6] == 'k' then keep = KEYS[2] end\n"
+"local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n"
+"if ARGV[6] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n"
 "local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 "local now = clock(ARGV[4])\n"
 "local base, r0, rb = trim(key, lk, now - win, true)\n"
@@ -190,19 +230,29 @@ static const char lua_log_attempt[] = LUA_PRELUDE
 "local used = total - base - (rt - rb)\n"
 "local ok = used + cost <= lim\n"
 "local retry, rem = 0, lim - used - cost\n"
-"if not ok then\n"
+"if not ok or bend > now then\n"
 "  rem = lim - used\n"
 "  if rem < 0 then rem = 0 end\n"
-"  local free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim)\n"
-"  retry = free_at + win - now\n"
+"  local first = nil\n"
+"  if not ok then\n"
+"    local free_at\n"
+"    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim)\n"
+"    retry = free_at + win - now\n"
+"  elseif used > 0 then\n"
+"    first = select(2, net_at(key, lk, r0, base, rb))\n"
+"  end\n"
 "  if ARGV[5] ~= '1' then\n"
-"    local reset = last_live(key, lk, r0, base, rb, used, last_ts, rlast) + win\n"
-"    return {0, rem, retry, reset, used, -1, math.min(first + win - now, retry)}\n"
+"    local reset = now\n"
+"    if used > 0 then reset = last_live(key, lk, r0, base, rb, used, last_ts, rlast) + win end\n"
+"    local r = blocked({0, rem, retry, reset, used, -1, 0}, bend, now)\n"
+"    r[7] = r[3]\n"
+"    if first then r[7] = math.min(first + win - now, r[3]) end\n"
+"    return r\n"
 "  end\n"
 "  rem = 0\n"
 "end\n"
 "local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, win)\n"
-"return {ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}\n";
+"return blocked({ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}, bend, now)\n";
 
 /*
  * KEYS[1] log, KEYS[2] ledger; ARGV ts (the score of an entry this backend
@@ -244,14 +294,15 @@ static const char lua_log_refund[] = LUA_PRELUDE
 "return 1\n";
 
 /*
- * KEYS[1] log, KEYS[2] ledger; ARGV lim, win (us), now (us, or ''). Reads
- * only. Returns the same fields as an attempt of cost 1 would, without
- * recording.
+ * KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV lim, win (us), now (us,
+ * or ''). Reads only. Returns the same fields as an attempt of cost 1 would,
+ * without recording.
  */
 static const char lua_log_peek[] = LUA_PRELUDE
-"local key, lk = KEYS[1], ledger(KEYS[2])\n"
+"local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n"
 "local lim, win = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
 "local now = clock(ARGV[3])\n"
+"local r = (function()\n"
 "local cutoff = now - win\n"
 "local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
 "if not newest[1] or newest[2] == '-inf' or tonumber(newest[2]) <= cutoff then\n"
@@ -272,21 +323,27 @@ static const char lua_log_peek[] = LUA_PRELUDE
 "if used + 1 <= lim then return {1, lim - used, 0, reset, used, -1} end\n"
 "local rem = lim - used\n"
 "if rem < 0 then rem = 0 end\n"
-"return {0, rem, freeing_time(key, lk, r0, base, rb, used + 1 - lim) + win - now, reset, used, -1}\n";
+"return {0, rem, freeing_time(key, lk, r0, base, rb, used + 1 - lim) + win - now, reset, used, -1}\n"
+"end)()\n"
+"return blocked(r, bend, now)\n";
 
 /*
  * The counting algorithms keep O(1) state per key in a hash (or a string),
  * never a log. Each script serves attempt, forced attempt and peek:
- * KEYS[1]; ARGV lim, win (us), cost, now (us, or ''), mode ('0' attempt,
- * '1' record even if over the limit (shadow mode), 'p' peek: decide for the
- * given cost, write nothing). Same reply as the log scripts; recorded is
- * always -1 (these algorithms keep no entry a refund could remove).
+ * KEYS[1] state, KEYS[2] block; ARGV lim, win (us), cost, now (us, or ''),
+ * mode ('0' attempt, '1' record even if over the limit or blocked (shadow
+ * mode), 'p' peek: decide for the given cost, write nothing), and 'k' under
+ * Redis Cluster (keep the block key, see bkeep). Same reply as the log
+ * scripts; recorded is always -1 (these algorithms keep no entry a refund
+ * could remove).
  */
 #define LUA_COUNTER_HEAD \
 "local key = KEYS[1]\n" \
 "local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n" \
 "local now = clock(ARGV[4])\n" \
 "local mode = ARGV[5]\n" \
+"if ARGV[6] == 'k' then bkeep = KEYS[2] end\n" \
+"local bend = block_end(KEYS[2])\n" \
 "local start = now - (now % win)\n"
 
 /* fixed_window: windows aligned to multiples of win since the Unix epoch. */
@@ -296,18 +353,20 @@ static const char lua_fixed_window[] = LUA_PRELUDE LUA_COUNTER_HEAD
 "local n = 0\n"
 "if v[1] and tonumber(v[1]) == start then n = tonumber(v[2]) end\n"
 "local ok = n + cost <= lim\n"
-"if mode == 'p' or (not ok and mode ~= '1') then\n"
+"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n"
 "  local rem = lim - n\n"
 "  if rem < 0 then rem = 0 end\n"
 "  local retry = 0\n"
 "  if not ok then retry = reset - now end\n"
 "  if n == 0 then reset = now end\n"
-"  return {ok and 1 or 0, rem, retry, reset, n, -1}\n"
+"  return blocked({ok and 1 or 0, rem, retry, reset, n, -1}, bend, now)\n"
 "end\n"
 "redis.call('HSET', key, 's', fmt(start), 'n', fmt(n + cost))\n"
-"redis.call('PEXPIRE', key, fmt(math.ceil((reset - now) / 1000) + 1))\n"
-"if ok then return {1, lim - n - cost, 0, reset, n + cost, -1} end\n"
-"return {0, 0, reset - now, reset, n + cost, -1}\n";
+"local ttl = fmt(math.ceil((reset - now) / 1000) + 1)\n"
+"redis.call('PEXPIRE', key, ttl)\n"
+"keep_block(ttl)\n"
+"if ok then return blocked({1, lim - n - cost, 0, reset, n + cost, -1}, bend, now) end\n"
+"return blocked({0, 0, reset - now, reset, n + cost, -1}, bend, now)\n";
 
 /*
  * sliding_counter: the current fixed bucket's count c plus the previous
@@ -346,16 +405,17 @@ static const char lua_sliding_counter[] = LUA_PRELUDE LUA_COUNTER_HEAD
 "  if c_after > 0 then reset = start + 2 * win elseif p > 0 then reset = start + win end\n"
 "  return {allowed and 1 or 0, rem, retry, reset, math.ceil(est_after), -1}\n"
 "end\n"
-"if mode == 'p' or (not ok and mode ~= '1') then\n"
-"  if ok then return answer(true, est, c) end\n"
-"  return answer(false, est, c)\n"
+"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n"
+"  return blocked(answer(ok, est, c), bend, now)\n"
 "end\n"
 "redis.call('HSET', key, 's', fmt(start), 'c', fmt(c + cost), 'p', fmt(p))\n"
-"redis.call('PEXPIRE', key, fmt(math.ceil((start + 2 * win - now) / 1000) + 1))\n"
-"if ok then return answer(true, est + cost, c + cost) end\n"
+"local ttl = fmt(math.ceil((start + 2 * win - now) / 1000) + 1)\n"
+"redis.call('PEXPIRE', key, ttl)\n"
+"keep_block(ttl)\n"
+"if ok then return blocked(answer(true, est + cost, c + cost), bend, now) end\n"
 "local r = answer(false, est + cost, c + cost)\n"
 "r[2] = 0\n"
-"return r\n";
+"return blocked(r, bend, now)\n";
 
 /*
  * token_bucket, as GCRA: the key holds the theoretical arrival time (tat)
@@ -369,30 +429,35 @@ static const char lua_token_bucket[] = LUA_PRELUDE
 "local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 "local now = clock(ARGV[4])\n"
 "local mode = ARGV[5]\n"
+"if ARGV[6] == 'k' then bkeep = KEYS[2] end\n"
+"local bend = block_end(KEYS[2])\n"
 "local t = win / lim\n"
 "local tat = tonumber(redis.call('GET', key) or '0')\n"
 "if tat < now then tat = now end\n"
 "local new = tat + cost * t\n"
 "local ok = new - now <= win + 1e-3\n"
 "local used = math.ceil((tat - now) / t - 1e-9)\n"
-"if mode == 'p' or (not ok and mode ~= '1') then\n"
+"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n"
 "  local rem = math.floor((win - (tat - now)) / t + 1e-9)\n"
 "  if rem < 0 then rem = 0 end\n"
 "  local retry = 0\n"
 "  if not ok then retry = math.max(1, math.ceil(new - win - now - 1e-3)) end\n"
-"  return {ok and 1 or 0, rem, retry, math.ceil(tat), used, -1}\n"
+"  return blocked({ok and 1 or 0, rem, retry, math.ceil(tat), used, -1}, bend, now)\n"
 "end\n"
-"redis.call('SET', key, string.format('%.17g', new), 'PX', fmt(math.ceil((new - now) / 1000) + 1))\n"
+"local ttl = fmt(math.ceil((new - now) / 1000) + 1)\n"
+"redis.call('SET', key, string.format('%.17g', new), 'PX', ttl)\n"
+"keep_block(ttl)\n"
 "if ok then\n"
 "  local rem = math.floor((win - (new - now)) / t + 1e-9)\n"
 "  if rem < 0 then rem = 0 end\n"
-"  return {1, rem, 0, math.ceil(new), used + cost, -1}\n"
+"  return blocked({1, rem, 0, math.ceil(new), used + cost, -1}, bend, now)\n"
 "end\n"
-"return {0, 0, math.max(1, math.ceil(new - win - now - 1e-3)), math.ceil(new), used + cost, -1}\n";
+"return blocked({0, 0, math.max(1, math.ceil(new - win - now - 1e-3)), math.ceil(new), used + cost, -1}, bend, now)\n";
 
 /*
- * rl_attempt_multi: KEYS[1] log, KEYS[2] ledger; ARGV n, lim1..limn, win1..winn (us), cost,
- * now, mode ('0', '1' force, 'p' peek), and 'k' under Redis Cluster. The sliding log above, with one
+ * rl_attempt_multi: KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV n,
+ * lim1..limn, win1..winn (us), cost, now, mode ('0', '1' force, 'p' peek),
+ * and 'k' under Redis Cluster. The sliding log above, with one
  * entry per admitted call, checked against every (lim, win): admitted only
  * if every window admits it, and then recorded once, so in all of them.
  * Entries are kept for the longest window. The reply describes the most
@@ -401,9 +466,9 @@ static const char lua_token_bucket[] = LUA_PRELUDE
  * else the one with the smallest remaining.
  */
 static const char lua_log_multi[] = LUA_PRELUDE
-"local key, lk = KEYS[1], ledger(KEYS[2])\n"
+"local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n"
 "local n = tonumber(ARGV[1])\n"
-"if ARGV[5 + 2 * n] == 'k' then keep = KEYS[2] end\n"
+"if ARGV[5 + 2 * n] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n"
 "local cost = tonumber(ARGV[2 + 2 * n])\n"
 "local now = clock(ARGV[3 + 2 * n])\n"
 "local mode = ARGV[4 + 2 * n]\n"
@@ -435,7 +500,7 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "  if ok and (den or newmin) then wi = i end\n"
 "  if den then ok = false end\n"
 "end\n"
-"if mode == 'p' or (not ok and mode ~= '1') then\n"
+"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n"
 "  local reset = now\n"
 "  if last_ts then\n"
 "    local umax = total - base - (rt - rb)\n"
@@ -448,11 +513,38 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "      reset = last_ts + maxwin\n"
 "    end\n"
 "  end\n"
-"  return {ok and 1 or 0, rem, retry, reset, used, -1, wi}\n"
+"  return blocked({ok and 1 or 0, rem, retry, reset, used, -1, wi}, bend, now)\n"
 "end\n"
 "local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, maxwin)\n"
-"if ok then return {1, rem, 0, ts + maxwin, used + cost, ts, wi} end\n"
-"return {0, 0, retry, ts + maxwin, used + cost, ts, wi}\n";
+"if ok then return blocked({1, rem, 0, ts + maxwin, used + cost, ts, wi}, bend, now) end\n"
+"return blocked({0, 0, retry, ts + maxwin, used + cost, ts, wi}, bend, now)\n";
+
+/*
+ * rl_block and rl_unblock: KEYS[1] the block key; ARGV mode ('b' block, 'u'
+ * unblock), duration (us), now (us, or ''), and 'k' under Redis Cluster.
+ * Block: the block ends at now + duration, or later if it already does (a
+ * block extends, never shortens), and the key expires then, or later if it
+ * already does; returns the end. Unblock: lifts the block (under Cluster the
+ * key stays, holding 0, as long as it would have); returns 1 if a block was
+ * in force, else 0.
+ */
+static const char lua_block[] = LUA_PRELUDE
+"local bk, mode = KEYS[1], ARGV[1]\n"
+"local now = clock(ARGV[3])\n"
+"local e = block_end(bk)\n"
+"local p = redis.call('PTTL', bk)\n"
+"if mode == 'u' then\n"
+"  if ARGV[4] == 'k' and p > 0 then redis.call('SET', bk, '0', 'PX', fmt(p))\n"
+"  else redis.call('DEL', bk) end\n"
+"  if e > now then return 1 end\n"
+"  return 0\n"
+"end\n"
+"local want = now + tonumber(ARGV[2])\n"
+"if e < want then e = want end\n"
+"local ttl = math.ceil((e - now) / 1000) + 1\n"
+"if p > ttl then ttl = p end\n"
+"redis.call('SET', bk, fmt(e), 'PX', fmt(ttl))\n"
+"return e\n";
 
 /*
  * Concurrency slots (rl_acquire). KEYS[1] is the key's holders: a sorted
@@ -543,6 +635,7 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_SEM_RELEASE] = {lua_sem_release},
 	[SCRIPT_SEM_RENEW] = {lua_sem_renew},
 	[SCRIPT_SEM_HOLDERS] = {lua_sem_holders},
+	[SCRIPT_BLOCK] = {lua_block},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */

@@ -27,6 +27,7 @@
 #include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
+#include "fallback_block.h"
 #include "lease.h"
 #include "limit.h"
 #include "policy.h"
@@ -440,6 +441,7 @@ _PG_init(void)
 	deny_cache_init();
 	stats_init();
 	fallback_init();
+	fallback_block_init();
 	refund_init();
 	check_init();
 	lease_init();

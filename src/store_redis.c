@@ -83,6 +83,17 @@ build_ledger_key(StringInfo buf, const char *tag, const RlArgs *args)
 }
 
 /*
+ * The block of a user key (rl_block): "blk:K", whatever the algorithm, so
+ * that one block denies the key in all of them. No algorithm's tag, nor a
+ * ledger's, is "blk".
+ */
+static void
+build_block_key(StringInfo buf, const RlArgs *args)
+{
+	build_key(buf, "blk", args);
+}
+
+/*
  * Sort a finished exchange: true when a reply is there to use, false when
  * Redis could not answer now. Every other failure ERRORs.
  */
@@ -185,6 +196,7 @@ read_outcome(RedisResult *r, const RlArgs *args, bool peek, RlOutcome *o)
 	r->reply = NULL;
 
 	o->allowed = (v[RF_ALLOWED] == 1);
+	o->blocked = (v[RF_ALLOWED] == 2);
 	o->remaining = v[RF_REMAINING];
 	o->retry_us = v[RF_RETRY];
 	o->reset_at_us = v[RF_RESET];
@@ -206,23 +218,28 @@ read_outcome(RedisResult *r, const RlArgs *args, bool peek, RlOutcome *o)
 }
 
 /*
- * Run a script that answers with an outcome, on the key built in *key and,
- * for the logs, the ledger built in *ledger (NULL for the counting
- * algorithms); both are freed. False when Redis cannot answer now, or
- * answered what the script could not have.
+ * Run a script that answers with an outcome, on the nkeys keys built in
+ * keys[] (the structure, for the logs its ledger, and last the block key),
+ * which are freed. False when Redis cannot answer now, or answered what the
+ * script could not have.
  */
 static bool
 run_outcome_script(ScriptId id, const RlArgs *args, bool peek,
-				   StringInfo key, StringInfo ledger,
+				   int nkeys, StringInfoData *keys,
 				   int nargs, const char **argv, RlOutcome *o, RedisResult *r)
 {
-	const char *keys[2] = {key->data, ledger ? ledger->data : NULL};
-	size_t		keylens[2] = {key->len, ledger ? ledger->len : 0};
+	const char *k[3];
+	size_t		klens[3];
 
-	script_run(id, ledger ? 2 : 1, keys, keylens, nargs, argv, r);
-	pfree(key->data);
-	if (ledger)
-		pfree(ledger->data);
+	Assert(nkeys <= 3);
+	for (int i = 0; i < nkeys; i++)
+	{
+		k[i] = keys[i].data;
+		klens[i] = keys[i].len;
+	}
+	script_run(id, nkeys, k, klens, nargs, argv, r);
+	for (int i = 0; i < nkeys; i++)
+		pfree(keys[i].data);
 	if (!settle(r))
 		return false;
 	return read_outcome(r, args, peek, o);
@@ -247,8 +264,7 @@ static bool
 run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 			   RlOutcome *o, RedisResult *r)
 {
-	StringInfoData key;
-	StringInfoData ledger;
+	StringInfoData keys[3];
 	char		lim[24],
 				win[24],
 				cost[24],
@@ -256,8 +272,9 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 	const char *argv[6];
 	int			n = 0;
 
-	build_key(&key, "log", args);
-	build_ledger_key(&ledger, "log", args);
+	build_key(&keys[0], "log", args);
+	build_ledger_key(&keys[1], "log", args);
+	build_block_key(&keys[2], args);
 	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
 	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
 	argv[n++] = lim;
@@ -273,7 +290,7 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 	if (with_cost && redis_target_is_cluster())
 		argv[n++] = "k";
 
-	return run_outcome_script(id, args, !with_cost, &key, &ledger, n, argv, o, r);
+	return run_outcome_script(id, args, !with_cost, 3, keys, n, argv, o, r);
 }
 
 /* Redis key tags, one per algorithm: no algorithm reads another's data. */
@@ -291,18 +308,23 @@ static const ScriptId counter_scripts[ALGO_COUNT] = {
 	[ALGO_TOKEN_BUCKET] = SCRIPT_TOKEN_BUCKET,
 };
 
-/* A counting algorithm: ARGV lim, win, cost, now, mode ('0', '1' or 'p'). */
+/*
+ * A counting algorithm: ARGV lim, win, cost, now, mode ('0', '1' or 'p'),
+ * and under Cluster 'k'.
+ */
 static bool
 run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 {
-	StringInfoData key;
+	StringInfoData keys[2];
 	char		lim[24],
 				win[24],
 				cost[24],
 				now[24];
-	const char *argv[5];
+	const char *argv[6];
+	int			n = 5;
 
-	build_key(&key, algorithm_tags[args->algorithm], args);
+	build_key(&keys[0], algorithm_tags[args->algorithm], args);
+	build_block_key(&keys[1], args);
 	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
 	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
 	snprintf(cost, sizeof(cost), INT64_FORMAT, peek ? 1 : args->cost);
@@ -311,8 +333,10 @@ run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[2] = cost;
 	argv[3] = clock_arg(now, sizeof(now));
 	argv[4] = peek ? "p" : args->force ? "1" : "0";
-	return run_outcome_script(counter_scripts[args->algorithm], args, peek, &key, NULL,
-							  5, argv, o, r);
+	if (!peek && redis_target_is_cluster())
+		argv[n++] = "k";
+	return run_outcome_script(counter_scripts[args->algorithm], args, peek, 2, keys,
+							  n, argv, o, r);
 }
 
 /*
@@ -322,15 +346,15 @@ run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 static bool
 run_multi_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 {
-	StringInfoData key;
-	StringInfoData ledger;
+	StringInfoData keys[3];
 	char		bufs[2 * RL_MAX_WINDOWS + 2][24];
 	char		now[24];
 	const char *argv[2 * RL_MAX_WINDOWS + 6];
 	int			n = 0;
 
-	build_key(&key, algorithm_tags[ALGO_MULTI_LOG], args);
-	build_ledger_key(&ledger, algorithm_tags[ALGO_MULTI_LOG], args);
+	build_key(&keys[0], algorithm_tags[ALGO_MULTI_LOG], args);
+	build_ledger_key(&keys[1], algorithm_tags[ALGO_MULTI_LOG], args);
+	build_block_key(&keys[2], args);
 	snprintf(bufs[0], 24, "%d", args->nwin);
 	argv[n++] = bufs[0];
 	for (int i = 0; i < args->nwin; i++)
@@ -349,7 +373,7 @@ run_multi_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[n++] = peek ? "p" : args->force ? "1" : "0";
 	if (!peek && redis_target_is_cluster())
 		argv[n++] = "k";
-	return run_outcome_script(SCRIPT_LOG_MULTI, args, peek, &key, &ledger, n, argv, o, r);
+	return run_outcome_script(SCRIPT_LOG_MULTI, args, peek, 3, keys, n, argv, o, r);
 }
 
 bool
@@ -402,6 +426,83 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 		return refuse_reply(r, "%s", why);
 	freeReplyObject(r->reply);
 	r->reply = NULL;
+	return true;
+}
+
+/* The block script on the key built in *key, which is freed. */
+static void
+run_block_script(StringInfo key, int nargs, const char **argv, RedisResult *r)
+{
+	const char *k[1] = {key->data};
+	size_t		klen[1] = {key->len};
+
+	script_run(SCRIPT_BLOCK, 1, k, klen, nargs, argv, r);
+	pfree(key->data);
+}
+
+/*
+ * rl_block: the key's block ends duration_us from now on the script's clock,
+ * or later if it already does; its end in *end_us (Unix microseconds).
+ */
+bool
+redis_store_block(const RlArgs *args, int64 duration_us, int64 *end_us, RedisResult *r)
+{
+	StringInfoData key;
+	char		dur[24],
+				now[24];
+	const char *argv[4];
+	int			n = 0;
+	char		why[sizeof(r->message)];
+	ReplyBlockCall call;
+
+	build_block_key(&key, args);
+	snprintf(dur, sizeof(dur), INT64_FORMAT, duration_us);
+	argv[n++] = "b";
+	argv[n++] = dur;
+	argv[n++] = clock_arg(now, sizeof(now));
+	if (redis_target_is_cluster())
+		argv[n++] = "k";
+	run_block_script(&key, n, argv, r);
+	if (!settle(r))
+		return false;
+	call.unblock = false;
+	call.duration_us = duration_us;
+	call.clock_set = limit_test_clock(&call.clock_us);
+	if (!reply_check_block(r->reply, &call, end_us, why, sizeof(why)))
+		return refuse_reply(r, "%s", why);
+	freeReplyObject(r->reply);
+	r->reply = NULL;
+	return true;
+}
+
+/* rl_unblock: *lifted says whether a block was in force. */
+bool
+redis_store_unblock(const RlArgs *args, bool *lifted, RedisResult *r)
+{
+	StringInfoData key;
+	char		now[24];
+	const char *argv[4];
+	int			n = 0;
+	char		why[sizeof(r->message)];
+	ReplyBlockCall call;
+	int64		v;
+
+	build_block_key(&key, args);
+	argv[n++] = "u";
+	argv[n++] = "0";
+	argv[n++] = clock_arg(now, sizeof(now));
+	if (redis_target_is_cluster())
+		argv[n++] = "k";
+	run_block_script(&key, n, argv, r);
+	if (!settle(r))
+		return false;
+	memset(&call, 0, sizeof(call));
+	call.unblock = true;
+	if (!reply_check_block(r->reply, &call, &v, why, sizeof(why)))
+		return refuse_reply(r, "%s", why);
+	freeReplyObject(r->reply);
+	r->reply = NULL;
+	*lifted = (v == 1);
 	return true;
 }
 

@@ -23,6 +23,16 @@ extern bool redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *fail
 extern bool redis_store_reset(const RlArgs *args, RedisResult *failure);
 
 /*
+ * rl_block: block the key for duration_us from now (or keep a block that
+ * ends later); *end_us is the block's end, in Unix microseconds on the
+ * clock of the scripts. rl_unblock: *lifted says whether a block was in
+ * force. Both return false when Redis cannot answer now, as above.
+ */
+extern bool redis_store_block(const RlArgs *args, int64 duration_us, int64 *end_us,
+							  RedisResult *failure);
+extern bool redis_store_unblock(const RlArgs *args, bool *lifted, RedisResult *failure);
+
+/*
  * Refunds, usable in transaction abort (no ERROR, no PostgreSQL memory).
  * redis_store_refund_clock writes the clock argument (empty: Redis TIME);
  * false when the test clock is on but not parsed yet.

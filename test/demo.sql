@@ -197,6 +197,16 @@ END $$;
 \echo 'rl_reset (or a refund) in any backend ends the cached denial at the next call:'
 SELECT rl_reset('demo:hammer');
 SELECT allowed, remaining, store FROM rl_attempt('demo:hammer', 5, '1 minute');
+\echo 'A client that keeps hammering can be shut out for a while, whatever the limit it is called'
+\echo 'with: rl_block (not granted to PUBLIC; GRANT EXECUTE to your API role) denies every call on'
+\echo 'the key until the block ends, with a retry_after that runs to its end, and spends nothing.'
+SELECT rl_block('demo:hammer', '15 minutes') > now() + interval '14 minutes' AS blocked_for_15_minutes;
+SELECT algorithm, allowed, remaining, retry_after
+FROM unnest(ARRAY['sliding_log', 'token_bucket']) AS algorithm,
+     LATERAL rl_attempt('demo:hammer', 5, '1 minute', algorithm => algorithm);
+\echo 'rl_unblock lifts it at once (in every backend of this server, and in Redis for the others):'
+SELECT rl_unblock('demo:hammer') AS lifted;
+SELECT allowed, remaining, store FROM rl_attempt('demo:hammer', 5, '1 minute');
 
 
 \echo

@@ -238,6 +238,8 @@ if ! sql -F $'\t' -f "$here/boundary.sql" >"$work/boundary.tsv" 2>"$work/boundar
 fi
 rkey() { printf '%slog:%s' "$kp" "$1"; } # Redis key of a slidewin key
 lkey() { printf '%slogr:%s' "$kp" "$1"; } # and of its ledger of refunds
+bkey() { printf '%sblk:%s' "$kp" "$1"; } # and of its block (rl_block)
+fwkey() { printf '%sfw:%s' "$kp" "$1"; } # its fixed_window counter
 
 # ---- the sliding-log script, for redis-benchmark --------------------------------
 
@@ -254,6 +256,34 @@ if perl "$here/lua_source.pl" "$repo/src/scripts.c" lua_log_attempt >"$lua" 2>"$
 else
 	evalsha_problem="could not read lua_log_attempt from src/scripts.c: $(head -n 1 "$work/lua_source.err")"
 fi
+
+# The block check (target 11): the same scripts as slidewin 1.6 had them,
+# without it (test/bench/lua_1.6), beside today's, on keys never blocked. The
+# fixed_window script is read like the sliding-log one and checked the same
+# way, after one fixed_window call has made slidewin load it.
+sha_of() { perl -MDigest::SHA=sha1_hex -e 'binmode STDIN; local $/; print sha1_hex(<STDIN>)' <"$1"; }
+load_script() { # load_script FILE SHA1: SCRIPT LOAD it; prints the problem, if any
+	local loaded
+	loaded=$(redis-cli -h 127.0.0.1 -p "$redis_port" -x SCRIPT LOAD <"$1" 2>&1)
+	[[ $loaded == "$2" ]] || echo "could not load $(basename "$1") into Redis: ${loaded%%$'\n'*}"
+}
+block_problem=
+sha16=$(sha_of "$here/lua_1.6/log_attempt.lua")
+sha_fw16=$(sha_of "$here/lua_1.6/fixed_window.lua")
+sha_fw=
+lua_fw=$work/fixed_window.lua
+[[ $(sql -c "SELECT store FROM rl_attempt('bench:probe', 10, '1 minute', algorithm => 'fixed_window')" 2>&1) == redis ]] ||
+	block_problem="a first fixed_window call was not answered by Redis"
+if [[ -z $block_problem ]] && ! perl "$here/lua_source.pl" "$repo/src/scripts.c" lua_fixed_window >"$lua_fw" 2>"$work/lua_source.err"; then
+	block_problem="could not read lua_fixed_window from src/scripts.c: $(head -n 1 "$work/lua_source.err")"
+fi
+if [[ -z $block_problem ]]; then
+	sha_fw=$(sha_of "$lua_fw")
+	[[ $(rcli SCRIPT EXISTS "$sha_fw") == 1 ]] ||
+		block_problem="the fixed_window script read from src/scripts.c (sha1 $sha_fw) is not the one the installed slidewin sent; rebuild and install (make install)"
+fi
+[[ -n $block_problem ]] || block_problem=$(load_script "$here/lua_1.6/log_attempt.lua" "$sha16")
+[[ -n $block_problem ]] || block_problem=$(load_script "$here/lua_1.6/fixed_window.lua" "$sha_fw16")
 
 # ---- workloads --------------------------------------------------------------------
 
@@ -319,6 +349,13 @@ if [[ -n $evalsha_problem ]]; then R_err0[evalsha]=$evalsha_problem; fi
 add_row evalsha_procs A evalsha "redis-benchmark \`EVALSHA\` as above, from one process per client (one connection each)"
 R_clients[evalsha_procs]=8 R_procs[evalsha_procs]=1
 if [[ -n $evalsha_problem ]]; then R_err0[evalsha_procs]=$evalsha_problem; fi
+# Target 11: the block check on keys never blocked, against the scripts of 1.6.
+add_row evalsha16 A evalsha "redis-benchmark \`EVALSHA\` of 1.6's sliding-log script (no block check), $(kfmt $many_keys) keys"
+add_row evalsha_fw A evalsha "redis-benchmark \`EVALSHA\` of slidewin's \`fixed_window\` script, $(kfmt $many_keys) keys"
+add_row evalsha_fw16 A evalsha "redis-benchmark \`EVALSHA\` of 1.6's \`fixed_window\` script (no block check), $(kfmt $many_keys) keys"
+for id in evalsha16 evalsha_fw evalsha_fw16; do
+	if [[ -n $block_problem ]]; then R_err0[$id]=$block_problem; fi
+done
 add_row many A pgbench "\`rl_attempt\`, $(kfmt $many_keys) keys, Redis store (cost = 1)" "$(many_sql k)"
 if [[ -n $tls_port ]]; then
 	add_row tls A pgbench "\`rl_attempt\` over TLS (\`rediss://\`), $(kfmt $many_keys) keys" "$(many_sql t)"
@@ -511,7 +548,7 @@ done
 
 # ---- measurement ------------------------------------------------------------------
 
-declare -A T_series=() T_prog=() T_tps=() T_txn=() T_err=() T_fb=() T_zmax=() T_rb50=() T_rb99=() rb_n=()
+declare -A T_series=() T_prog=() T_tps=() T_txn=() T_err=() T_fb=() T_zmax=() T_rb50=() T_rb99=() T_cpu=() rb_n=()
 
 # Rows in the fallback table; with Redis up only calls Redis did not answer in
 # time write there, so the growth over a slice counts them.  fb_last caches
@@ -521,6 +558,13 @@ fallback_rows() {
 	sql -c "SELECT count(*) FROM rl_fallback_log" 2>/dev/null || echo ""
 }
 
+evalsha_cpu() { # evalsha_cpu ID: EVALSHA calls and the µs Redis spent in them so far
+	local conn=()
+	read -r -a conn <<<"${R_rconn[$1]:-"-h 127.0.0.1 -p $redis_port"}"
+	redis-cli "${conn[@]}" INFO commandstats | tr -d '\r' | awk -F'[:,=]' '$1 == "cmdstat_evalsha" {
+		for (i = 2; i < NF; i += 2) { if ($i == "calls") c = $(i + 1); if ($i == "usec") u = $(i + 1) }
+	} END { print c + 0, u + 0 }'
+}
 evalsha_errors() { # evalsha_errors ID: failed + rejected EVALSHA calls so far
 	local conn=()
 	read -r -a conn <<<"${R_rconn[$1]:-"-h 127.0.0.1 -p $redis_port"}"
@@ -604,10 +648,16 @@ run_evalsha_slice() {
 	local id=$1 c=$2 round=$3 secs=$4 key="$1.$2"
 	local dir=$work/runs/$key out=$work/runs/$1.$2/r$3.out rc=0 e0 e1 vals n conn=() rb_total
 	read -r -a conn <<<"${R_rconn[$id]:-"-h 127.0.0.1 -p $redis_port"}"
-	# redis-benchmark draws each __rand_int__ on its own, so the ledger key is
-	# another random key; either way it does not exist, as for a key that
-	# never had a refund.
-	local cmd=(EVALSHA "$sha" 2 "$(rkey rb:__rand_int__)" "$(lkey rb:__rand_int__)" 1000000 60000000 1 '' 0)
+	# redis-benchmark draws each __rand_int__ on its own, so the ledger and
+	# block keys are other random keys; either way they do not exist, as for
+	# a key that never had a refund nor a block.
+	local cmd
+	case $id in
+	evalsha16) cmd=(EVALSHA "$sha16" 2 "$(rkey rb:__rand_int__)" "$(lkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
+	evalsha_fw) cmd=(EVALSHA "$sha_fw" 2 "$(fwkey rb:__rand_int__)" "$(bkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
+	evalsha_fw16) cmd=(EVALSHA "$sha_fw16" 1 "$(fwkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
+	*) cmd=(EVALSHA "$sha" 3 "$(rkey rb:__rand_int__)" "$(lkey rb:__rand_int__)" "$(bkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
+	esac
 	if [[ -z ${rb_n[$key]:-} ]]; then
 		if [[ -n $rb_requests ]]; then
 			rb_n[$key]=$rb_requests
@@ -619,6 +669,8 @@ run_evalsha_slice() {
 		fi
 	fi
 	e0=$(evalsha_errors "$id")
+	local cpu0 cpu1
+	cpu0=$(evalsha_cpu "$id")
 	if [[ -n ${R_procs[$id]:-} ]]; then
 		# c processes at once, each with its share of the requests; the
 		# row's rps is their sum, p50 the median of theirs, p99 the largest.
@@ -645,6 +697,7 @@ run_evalsha_slice() {
 		rb_total=${rb_n[$key]}
 	fi
 	e1=$(evalsha_errors "$id")
+	cpu1=$(evalsha_cpu "$id")
 	if ((rc != 0)) || [[ -z $vals ]] || ((e1 != e0)); then
 		T_err[$key]="redis-benchmark failed (status $rc, $((e1 - e0)) failed EVALSHA calls): $(head -n 1 "$out")"
 		progress "ERROR ${R_label[$id]} ($c cl.): ${T_err[$key]}"
@@ -655,6 +708,9 @@ run_evalsha_slice() {
 	T_tps[$key]+="$tps "
 	T_rb50[$key]+="$p50 "
 	T_rb99[$key]+="$p99 "
+	# Redis CPU per call in the script (INFO commandstats), for target 11
+	T_cpu[$key]+="$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { split(a, x, " "); split(b, y, " ");
+		if (y[1] > x[1]) printf "%.3f", (y[2] - x[2]) / (y[1] - x[1]) }') "
 	T_txn[$key]=$((${T_txn[$key]:-0} + rb_total))
 	progress "round $round/$rounds  ${R_label[$id]} ($c cl.): ${tps%.*} rps"
 }
@@ -842,7 +898,7 @@ fmt_int() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
 commas() { printf "%s" "$1" | sed -e :a -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/; ta'; }
 fmt_k() { awk -v x="$1" 'BEGIN { if (x >= 10000) printf "%.0fk", x / 1000; else if (x >= 1000) printf "%.1fk", x / 1000; else printf "%.0f", x }'; }
 
-declare -A tps=() p50=() p99=()
+declare -A tps=() p50=() p99=() cpu=()
 any_error=0
 for id in "${rows[@]}"; do
 	for c in "${clients[@]}"; do
@@ -861,6 +917,8 @@ for id in "${rows[@]}"; do
 			p50[$key]=$(median ${T_rb50[$key]})
 			# shellcheck disable=SC2086
 			p99[$key]=$(median ${T_rb99[$key]})
+			# shellcheck disable=SC2086
+			if [[ -n ${T_cpu[$key]// /} ]]; then cpu[$key]=$(median ${T_cpu[$key]}); fi
 		else
 			read -r "p50[$key]" "p99[$key]" < <(pctl "$work/runs/$key/lat.all")
 		fi
@@ -1048,6 +1106,19 @@ if ((has_stats)); then
 			"$(ratio "${tps[many.$c]:-}" "${tps[stats_off.$c]:-}")" 0.97 x
 	done
 fi
+block_note() { # block_note C: Redis CPU per call, today's against 1.6's, both scripts
+	local c=$1
+	[[ -n ${cpu[evalsha.$c]:-} && -n ${cpu[evalsha16.$c]:-} ]] || return 0
+	awk -v a="${cpu[evalsha.$c]}" -v b="${cpu[evalsha16.$c]}" -v f="${cpu[evalsha_fw.$c]:-}" -v g="${cpu[evalsha_fw16.$c]:-}" \
+		-v r="$(ratio "${tps[evalsha_fw.$c]:-}" "${tps[evalsha_fw16.$c]:-}")" 'BEGIN {
+		printf "(Redis CPU per call %.2f µs against %.2f µs, %+.2f µs", a, b, a - b
+		if (f != "" && g != "" && r != "") printf "; fixed_window, which adds a GET: %.2f ×, %.2f µs against %.2f µs, %+.2f µs", r, f, g, f - g
+		printf ")" }'
+}
+for c in "${clients[@]}"; do
+	target "11 ($c cl.)" 'Block check, key never blocked: `EVALSHA` of the sliding-log attempt ≥ 0.95 × the same script of 1.6 (no block check), in Redis alone' \
+		"$(ratio "${tps[evalsha.$c]:-}" "${tps[evalsha16.$c]:-}")" 0.95 x "$(block_note "$c")"
+done
 mem_growth_kb=
 if [[ -n $mem_ok ]]; then
 	mem_growth_kb=$((rss1 - rss0))
@@ -1150,7 +1221,8 @@ result=$work/RESULTS.md
 	echo
 	echo "- pgbench $($PGBENCH --version | awk '{ print $3 }'), \`-M prepared --no-vacuum\` (plans are made once per connection, as under a driver that prepares its statements or in PL/pgSQL), except the rows marked *simple query protocol* (\`-M simple\`: each call sent as text, parsed and planned, as psql and psycopg2 send it), one custom script per workload (\`\\set k random(1, $many_keys)\`), \`-j\` = min(clients, CPUs), over TCP on loopback; the client and both servers share the machine's $ncpu CPUs."
 	echo "- tps is the median over the slices of pgbench's tps without connection time (redis-benchmark: requests per second). p50 and p99 are nearest-rank percentiles of every transaction's latency in the slices, from pgbench's per-transaction log (\`-l\`); for \`EVALSHA\` they are the median over the slices of redis-benchmark's own p50 and p99."
-	echo "- \`EVALSHA\`: redis-benchmark, its own client, on the script text read from \`src/scripts.c\` (\`lua_log_attempt\`, the prelude and the attempt script) and checked to be the very script the installed slidewin had loaded into Redis (same SHA1); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\` and its (absent) ledger \`${kp}logr:rb:<random>\`, lim 1000000, window 60000000 µs, cost 1, now '' (Redis TIME), force 0."
+	echo "- \`EVALSHA\`: redis-benchmark, its own client, on the script text read from \`src/scripts.c\` (\`lua_log_attempt\`, the prelude and the attempt script) and checked to be the very script the installed slidewin had loaded into Redis (same SHA1); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\`, its (absent) ledger \`${kp}logr:rb:<random>\` and (absent) block key \`${kp}blk:rb:<random>\`, lim 1000000, window 60000000 µs, cost 1, now '' (Redis TIME), force 0."
+	echo "- Block check (target 11): the same \`EVALSHA\` with the sliding-log attempt script of slidewin 1.6 (\`test/bench/lua_1.6\`, byte for byte that version's, loaded with \`SCRIPT LOAD\`), which names no block key; and the \`fixed_window\` script, today's (read from \`src/scripts.c\` and checked against the one slidewin loaded) with its (absent) block key beside 1.6's without, on keys \`${kp}fw:rb:<random>\`. Every call is admitted and no key is ever blocked, so the ratio is what a never-blocked key pays in Redis for the check: the logs fold it into the \`EXISTS\` they already make for the ledger (one command, two keys), the counting algorithms make one more \`GET\`. Beside it, Redis CPU per call: \`usec\` over \`calls\` of \`EVALSHA\` in \`INFO commandstats\`, read before and after each slice (the rows run one at a time), the median over the slices."
 	echo "- \`EVALSHA\` from one process per client: the same command from as many redis-benchmark processes as clients, one connection each, started together; each process waits for its own reply, as each PostgreSQL backend does, where a single redis-benchmark serves all its connections from one event loop. Its tps is the sum of the processes' requests per second, p50 the median of their p50s, p99 the largest of their p99s. It is read beside target 1 at 8 clients and does not change that target."
 	echo "- Do-nothing function: \`bench_noop\`, created for the run, is PostgreSQL's built-in \`pg_backend_pid\` (\`LANGUAGE internal\`) declared with \`rl_attempt\`'s seven parameters and four defaults, called as the denial path is (\`SELECT * FROM bench_noop('deny', 10, '1 hour')\`) in the simple query protocol: what PostgreSQL alone charges to parse, plan and run such a call. It returns an int where \`rl_attempt\` returns \`rl_result\`."
 	echo "- Many keys: key \`'k' || random(1, $many_keys)\`, lim 1,000,000 per 1 minute, so every call is admitted; each key holds a handful of entries. cost = 1000 is the same with its own keys (still all admitted); its comparison is with the cost = 1 row."
@@ -1186,13 +1258,14 @@ declare -A chart_label=(
 	[deny]='denial path' [deny_off]='denial, no deny cache'
 	[s1_simple]='SELECT 1, simple protocol' [deny_simple]='denial path, simple protocol'
 	[noop_simple]='do-nothing function, simple protocol' [evalsha_procs]='EVALSHA, one process per client'
+	[evalsha16]='EVALSHA, 1.6 script (no block check)'
 	[upd_many]='one-row UPDATE, many rows' [upd_hot]='one-row UPDATE, hot row'
 	[algo_sliding_counter]='sliding_counter' [algo_token_bucket]='token_bucket'
 	[fb_many]='fallback, many keys' [fb_hot]='fallback, hot key'
 	[pl_many]='PL/pgSQL baseline, many keys' [pl_hot]='PL/pgSQL baseline, hot key'
 	[fb_steady]='fallback, hot key, steady state' [pl_steady]='PL/pgSQL, hot key, steady state'
 )
-chart_order=(s1 evalsha evalsha_procs many tls cluster hot0 hotbig cost1000 deny deny_off s1_simple noop_simple deny_simple
+chart_order=(s1 evalsha evalsha16 evalsha_procs many tls cluster hot0 hotbig cost1000 deny deny_off s1_simple noop_simple deny_simple
 	algo_sliding_counter algo_token_bucket fb_many fb_hot pl_many pl_hot upd_many upd_hot fb_steady pl_steady)
 chart_dir=$work/charts
 mkdir -p "$chart_dir"

@@ -10,6 +10,8 @@
  *   o ALGO FLAGS LIM WIN_US COST CLOCK [LIM...]   an outcome script's reply
  *   d                                             DEL's reply (rl_reset)
  *   r                                             a refund's reply
+ *   b DURATION_US CLOCK                           rl_block's reply
+ *   u                                             rl_unblock's reply
  *
  * ALGO is 0..4 (sliding_log, sliding_counter, fixed_window, token_bucket,
  * multi); FLAGS bit 1 is peek and bit 2 force; CLOCK is the test clock in
@@ -57,6 +59,7 @@ typedef struct Header
 {
 	char		kind;
 	ReplyCall	call;
+	ReplyBlockCall block;
 	int64_t		lims[MAX_WINDOWS];
 } Header;
 
@@ -103,6 +106,21 @@ parse_header(const char *s, const char *end, Header *h)
 
 	memset(h, 0, sizeof(*h));
 	h->kind = s < end ? s[0] : 0;
+	if (h->kind == 'b' || h->kind == 'u')
+	{
+		uint64_t	v;
+
+		h->block.unblock = h->kind == 'u';
+		h->block.duration_us = 60000000;
+		if (next_number(&p, end, &v, &dash))
+			h->block.duration_us = in_range(v, 1, MAX_WIN_US);
+		if (next_number(&p, end, &v, &dash) && !(dash && v == 0))
+		{
+			h->block.clock_set = true;
+			h->block.clock_us = dash ? (int64_t) ((uint64_t) 0 - v) : (int64_t) v;
+		}
+		return true;
+	}
 	if (h->kind != 'o')
 		return h->kind == 'd' || h->kind == 'r';
 	for (int i = 0; i < 6; i++)
@@ -187,15 +205,39 @@ check_one(const Header *h, const redisReply *r)
 			CHECK(why[0] != '\0');
 		return;
 	}
+	if (h->kind == 'b' || h->kind == 'u')
+	{
+		int64_t		end;
+
+		if (!reply_check_block(r, &h->block, &end, why, sizeof(why)))
+		{
+			CHECK(why[0] != '\0' && memchr(why, '\0', sizeof(why)) != NULL);
+			return;
+		}
+		/* what slidewin_block and slidewin_unblock take for granted */
+		CHECK(r->type == REDIS_REPLY_INTEGER);
+		if (h->block.unblock)
+			CHECK(end == 0 || end == 1);
+		else
+		{
+			CHECK(valid_time(end));
+			if (h->block.clock_set)
+				CHECK(end >= h->block.clock_us + h->block.duration_us);
+		}
+		return;
+	}
 	if (!reply_check_outcome(r, &h->call, v, why, sizeof(why)))
 	{
 		CHECK(why[0] != '\0' && memchr(why, '\0', sizeof(why)) != NULL);
 		return;
 	}
 	/* what limit_result_datum and the callers take for granted */
-	CHECK(v[RF_ALLOWED] == 0 || v[RF_ALLOWED] == 1);
+	CHECK(v[RF_ALLOWED] >= 0 && v[RF_ALLOWED] <= 2);
 	CHECK(v[RF_REMAINING] >= 0 && v[RF_REMAINING] <= h->call.lim);
 	CHECK(v[RF_ALLOWED] == 1 ? v[RF_RETRY] == 0 : v[RF_RETRY] > 0);
+	/* denied by a block: nothing left */
+	if (v[RF_ALLOWED] == 2)
+		CHECK(v[RF_REMAINING] == 0);
 	CHECK(v[RF_USED] >= 0);
 	CHECK(valid_time(v[RF_RESET]));
 	CHECK(v[RF_RECORDED] == -1 || valid_time(v[RF_RECORDED]));

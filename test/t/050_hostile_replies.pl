@@ -123,6 +123,16 @@ is(sqlstate($err), '08P01', 'the same reply to a call that was not forced is ref
 like($err, qr/DETAIL:\s+Field "recorded" of the sliding_log attempt reply is $ts, but it must be -1/,
 	'... because it claims to have recorded a denied call');
 
+# A key blocked by rl_block: allowed = 2, nothing left, whatever the units
+# used, and a retry_after that may outlast the window.
+$fake->script(with(\@deny, allowed => 2, used => 1, retry_after => 2 * $win,
+	stable_us => 2 * $win));
+($out, $err) = run_sql(
+	q{SELECT (r).allowed, (r).store, (r).remaining, (r).retry_after
+	  FROM rl_attempt('h', 100, '1 hour', 1, 'error') r});
+is($out, 'f|redis|0|02:00:00', 'a well-formed denial by a block is believed, longer than the window');
+is($err, '', 'a denial by a block: no error');
+
 # ---------------------------------------------------------------------
 # Each hostile reply, under each policy.
 # ---------------------------------------------------------------------
@@ -161,8 +171,14 @@ my @cases = (
 		qr/Field "reset_at" of the sliding_log attempt reply is a nil, not an integer\./ ],
 	[ 'the example of the issue', $ints->(1, -5, -1, -9, -1, -1, -1),
 		qr/Field "remaining" of the sliding_log attempt reply is -5, but it must be between 0 and 100\./ ],
-	[ 'allowed = 2', with(\@admit, allowed => 2), qr/Field "allowed" .* is 2, but it must be 0 or 1\./ ],
-	[ 'allowed = -1', with(\@admit, allowed => -1), qr/Field "allowed" .* is -1, but it must be 0 or 1\./ ],
+	[ 'allowed = 3', with(\@admit, allowed => 3), qr/Field "allowed" .* is 3, but it must be 0, 1 or 2\./ ],
+	[ 'allowed = -1', with(\@admit, allowed => -1), qr/Field "allowed" .* is -1, but it must be 0, 1 or 2\./ ],
+	[ 'blocked, units left', with(\@admit, allowed => 2, retry_after => 7, recorded => -1, stable_us => 7),
+		qr/Field "remaining" .* is 99, but it must be 0 when the key is blocked\./ ],
+	[ 'blocked, retry_after 0', with(\@deny, allowed => 2, retry_after => 0),
+		qr/Field "retry_after" .* is 0, but it must be positive when the call is denied\./ ],
+	[ 'blocked, recorded', with(\@deny, allowed => 2, recorded => $ts),
+		qr/Field "recorded" .* is $ts, but it must be -1 when nothing was recorded\./ ],
 	[ 'remaining above the limit', with(\@admit, remaining => 101), qr/Field "remaining" .* is 101, but it must be between 0 and 100\./ ],
 	[ 'admitted, remaining at odds with used', with(\@admit, remaining => 50),
 		qr/Field "remaining" .* is 50, but with 1 units used it must be 99\./ ],

@@ -130,6 +130,18 @@ clean(
 	  SELECT remaining FROM rl_peek('acl:sliding_log', 3, '1 hour', on_redis_error => 'error')},
 	"\n3", 'rl_reset empties the key');
 
+# rl_block and rl_unblock: the block script and the block key every
+# script reads need no command beyond the block above.
+clean(
+	q{SELECT rl_block('acl:block', '1 hour') > now();
+	  SELECT string_agg(format('%s/%s', a, (r).allowed), ' ' ORDER BY a)
+	    FROM unnest(ARRAY['sliding_log', 'sliding_counter', 'fixed_window', 'token_bucket']) a,
+	         rl_attempt('acl:block', 3, '1 hour', on_redis_error => 'error', algorithm => a) r;
+	  SELECT rl_unblock('acl:block');
+	  SELECT allowed FROM rl_attempt('acl:block', 3, '1 hour', on_redis_error => 'error')},
+	"t\nfixed_window/f sliding_counter/f sliding_log/f token_bucket/f\nt\nt",
+	'rl_block denies every algorithm, rl_unblock lifts it');
+
 # ---------------------------------------------------------------------
 # rl_enforce, rl_wait, shadow mode
 # ---------------------------------------------------------------------

@@ -144,6 +144,46 @@ SELECT (r).allowed FROM rl_attempt('algo:$algo', 3, '1 hour', 1, 'error', algori
 	is($out, "3\nf|redis\n\nt", "$algo: lim admitted, peek from Redis, reset works") or diag($err);
 }
 
+# rl_block: the block key shares the limiter's slot, so that every script
+# names keys of one slot; like the ledger, it is kept next to the other
+# structures (holding 0 until a block is set, living at least as long as
+# they do), so that a slot being migrated never holds some of a limiter's
+# keys and not others (TAP 101 moves a slot under load).
+{
+	my $k = 'blk:1';
+	my $tag = '{' . fnv($k) . '}';
+	($out, $err) = run_sql(qq{
+SELECT count(*) FILTER (WHERE (r).allowed) FROM unnest(ARRAY['sliding_log', 'sliding_counter', 'fixed_window', 'token_bucket']) a,
+  rl_attempt('$k', 3, '1 hour', 1, 'error', algorithm => a) r;
+SELECT (r).allowed FROM rl_attempt_multi('$k', ARRAY[3], ARRAY['1 hour']::interval[], 1, 'error') r;
+});
+	is($out, "4\nt", 'block: one call admitted in every algorithm') or diag($err);
+	my $bkey = "slidewin:${tag}blk:$k";
+	my $h = holder(logkey($k));
+	ok(defined $h, 'block: the log is on one master');
+	is(scalar $h->cli('get', $bkey), '0', 'block: the block key is kept next to the log, holding 0')
+	  or diag(join ',', map { scalar $_->cli('exists', $bkey) } masters());
+	cmp_ok(scalar $h->cli('pttl', $bkey), '>=', scalar($h->cli('pttl', logkey($k))) - 50,
+		'block: it lives at least as long as the log');
+	my $slot = scalar $h->cli('cluster', 'keyslot', logkey($k));
+	is(join(',', map { scalar $h->cli('cluster', 'keyslot', "slidewin:$tag$_:$k") } qw(blk log logr sc fw tb mlog mlogr)),
+		join(',', ($slot) x 8), 'block: the block key is in the slot of every other key of the limiter');
+
+	($out, $err) = run_sql(qq{
+SELECT rl_block('$k', '1 hour') > now() + interval '59 minutes';
+SELECT string_agg(format('%s:%s:%s', a, (r).allowed, (r).store), ' ' ORDER BY a)
+  FROM unnest(ARRAY['sliding_log', 'sliding_counter', 'fixed_window', 'token_bucket']) a,
+       rl_attempt('$k', 3, '1 hour', 1, 'error', algorithm => a) r;
+SELECT (r).allowed, (r).retry_after > '59 minutes' FROM rl_attempt_multi('$k', ARRAY[3], ARRAY['1 hour']::interval[], 1, 'error') r;
+SELECT (r).allowed, (r).store FROM rl_peek('$k', 3, '1 hour', 'error') r;
+SELECT rl_unblock('$k');
+SELECT (r).allowed, (r).remaining FROM rl_attempt('$k', 3, '1 hour', 1, 'error') r;
+});
+	is($out, "t\nfixed_window:f:redis sliding_counter:f:redis sliding_log:f:redis token_bucket:f:redis\nf|t\nf|redis\nt\nt|1",
+		'block: every algorithm denied by Redis on the cluster, then lifted; nothing was spent') or diag($err);
+	is(scalar $h->cli('get', $bkey), '0', 'block: lifted, the key is kept, holding 0');
+}
+
 ($out, $err) = run_sql(q{
 BEGIN;
 SELECT count(*) FROM generate_series(1, 3) g, rl_attempt('refund:1' || left(g::text, 0), 3, '1 hour', 1, 'error', true) r WHERE (r).allowed;
