@@ -3,8 +3,9 @@
 # scenario in demo.sql, the boundary experiment in demo_boundary.sql (and its
 # chart, test/bench/charts/boundary.svg, drawn by test/bench/charts.sh) and the
 # Sentinel failover scene of demo_failover.sh, the Redis Cluster scene
-# of demo_cluster.sh, the HTTP scene of demo_fastapi.sh (examples/fastapi) and
-# the statistics of demo_stats.sql against them, and stop everything again.
+# of demo_cluster.sh, the HTTP scene of demo_fastapi.sh (examples/fastapi), the
+# concurrency slots of demo_slots.sh and the statistics of demo_stats.sql
+# against them, and stop everything again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -40,4 +41,5 @@ echo "drawn in $chart_dir/boundary.svg (set SLIDEWIN_DEMO_CHARTS to draw it else
 bash "$here/demo_failover.sh" "$work" "$pg_port"
 bash "$here/demo_cluster.sh" "$work" "$pg_port"
 bash "$here/demo_fastapi.sh" "$work" "$pg_port"
+bash "$here/demo_slots.sh" "$work" "$pg_port" "$redis_port"
 "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo_stats.sql"

@@ -1,6 +1,6 @@
 -- make demo, last scene: the statistics views over everything the demo did.
 \echo
-\echo '== 14. Watching slidewin: what it decided in this demo, from three views'
+\echo '== 15. Watching slidewin: what it decided in this demo, from three views'
 \echo 'rl_stats: every call of this server since it started (or since rl_stats_reset()),'
 \echo 'the failover and cluster scenes included.'
 \x on
