@@ -2,7 +2,7 @@
 \echo
 \echo '== 15. Watching slidewin: what it decided in this demo, from three views'
 \echo 'rl_stats: every call of this server since it started (or since rl_stats_reset()),'
-\echo 'the failover and cluster scenes included.'
+\echo 'the failover, cluster and slot scenes included.'
 \x on
 SELECT calls, admitted, denied, units_admitted, deny_cache_hits, shadow_denials,
        redis_calls, fallback_calls, policy_answers, redis_errors, redis_timeouts,
