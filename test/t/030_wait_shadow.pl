@@ -389,7 +389,7 @@ sub wait_for_log_denials
 	while (1)
 	{
 		my ($o) = session_as('normal',
-			"SELECT rl_peek('ws:warmup', 1, '1 second') IS NOT NULL;\nSHOW slidewin.log_denials;");
+			"SELECT (rl_peek('ws:warmup', 1, '1 second')).allowed IS NOT NULL;\nSHOW slidewin.log_denials;");
 		return if $o eq "t\n$value";
 		die "new sessions never saw slidewin.log_denials = $value" if time > $deadline;
 		usleep(50_000);
@@ -418,7 +418,7 @@ unlike($n_err, $no_denial_msg, 'normal: no message while only canary has log_den
 # Set for everyone through ALTER SYSTEM.
 # ALTER SYSTEM only knows the parameter once the library is loaded.
 superuser_sql(q{
-	SELECT rl_peek('ws:warmup', 1, '1 second') IS NOT NULL;
+	SELECT (rl_peek('ws:warmup', 1, '1 second')).allowed IS NOT NULL;
 	ALTER SYSTEM SET slidewin.log_denials = warning;
 	SELECT pg_reload_conf();});
 wait_for_log_denials('warning');
@@ -432,7 +432,7 @@ unlike($n_err, qr/would deny/, 'no "would deny" message when enforcing');
 
 # Back to the default: silent.
 superuser_sql(q{
-	SELECT rl_peek('ws:warmup', 1, '1 second') IS NOT NULL;
+	SELECT (rl_peek('ws:warmup', 1, '1 second')).allowed IS NOT NULL;
 	ALTER SYSTEM RESET slidewin.log_denials;
 	ALTER ROLE canary RESET slidewin.log_denials;
 	SELECT pg_reload_conf();});
