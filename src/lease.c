@@ -178,8 +178,8 @@ new_holder(void)
 		backend_nonce |= 1;		/* never 0, which means "not drawn" */
 	}
 	acquisitions++;
-	return psprintf("%016" INT64_MODIFIER "x:%d:" UINT64_FORMAT,
-					backend_nonce, MyProcPid, acquisitions);
+	return psprintf("%016llx:%d:%llu", (unsigned long long) backend_nonce, MyProcPid,
+					(unsigned long long) acquisitions);
 }
 
 /* ---------------------------------------------------------------------
