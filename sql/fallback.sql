@@ -98,6 +98,8 @@ SELECT store FROM rl_attempt('f4', 5, '1 hour');
 CREATE ROLE regress_fb_user;
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 SET ROLE regress_fb_user;
+-- (Redis holds all 5 units: the fallback's 3, carried back before its first
+-- answer, and its own 2; the fallback store starts from them: denied.)
 SELECT allowed, remaining, store FROM rl_attempt('f4', 5, '1 hour');
 SELECT allowed, remaining, retry_after, reset_at, store, lim, win FROM rl_attempt('f4', 5, '1 hour', 1, 'allow');
 SELECT count(*) FROM rl_fallback_log;
@@ -107,7 +109,8 @@ SET slidewin.redis_retry_interval = 0;
 RESET ROLE;
 DROP ROLE regress_fb_user;
 
--- peek and reset reach both stores: 2 units in Redis, 1 in the fallback
+-- peek and reset reach both stores: 2 units in Redis, 1 in the fallback,
+-- which counts Redis's 2 as well (3 used, 7 remain)
 RESET slidewin.redis_url;
 SELECT store FROM rl_attempt('both', 10, '1 hour', 2);
 SET slidewin.redis_url = 'redis://127.0.0.1:1';

@@ -106,6 +106,13 @@ SELECT has_function_privilege('public', 'rl_block(text,interval)', 'EXECUTE') AS
        has_table_privilege('public', 'rl_fallback_block', 'SELECT') AS public_may_read_blocks,
        pg_get_function_result('rl_block(text,interval)'::regprocedure) AS block_returns;
 
+-- 1.8: the fallback store's admissions waiting for Redis, in a table no
+-- role but the owner may read, and rl_stats's last columns counting them.
+SELECT has_table_privilege('public', 'rl_fallback_carry', 'SELECT') AS public_may_read_carry,
+       (SELECT count(*) FROM rl_fallback_carry) AS carry_rows;
+SELECT outage_seeded_units >= 0 AND outage_carry_pending >= 0 AS outage_columns
+  FROM rl_stats;
+
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any
 -- function is a function call.
@@ -180,7 +187,7 @@ BEGIN
   DROP TABLE updated;
 END $$;
 SET client_min_messages = warning;
-SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6']) AS v,
+SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7']) AS v,
        LATERAL pg_temp.update_from(v) AS u;
 RESET client_min_messages;
 SELECT count(*) AS versions_shipped

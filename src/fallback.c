@@ -93,6 +93,8 @@
 #include "compat.h"
 #include "fallback.h"
 #include "fallback_block.h"
+#include "fallback_carry.h"
+#include "outage.h"
 #include "store_redis.h"
 
 /* Distinguishes our lock tags from user advisory locks (which use 1 and 2). */
@@ -604,7 +606,9 @@ typedef struct FbWindow
 	int64		win;
 	int64		cutoff;
 	int64		base;			/* running total before this window */
-	int64		used;
+	int64		used;			/* seeded included */
+	int64		seeded;			/* units Redis had counted, still spent (outage.c) */
+	int64		seed_frees;		/* when they free */
 } FbWindow;
 
 typedef struct FbState
@@ -732,7 +736,8 @@ typedef struct FbHead
  * caller then reads again.
  */
 static bool
-read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head, FbState *st)
+read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
+		   const OutageSeed *seed, FbState *st)
 {
 	uint64		h = key_hash(s->key);
 	bool		hinted = last_read.tbl == s->tbl && last_read.keyhash == h;
@@ -774,7 +779,30 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head, FbStat
 		FbEntry		first;		/* oldest row inside the window */
 
 		w->cutoff = st->now - w->win;
-		read_first(s, hinted, w->cutoff, w->win == st->maxwin ? clean_from : PG_INT64_MAX,
+		w->seeded = 0;
+		w->seed_frees = 0;
+		if (seed && seed->found)
+		{
+			/*
+			 * What Redis counted (outage.c): its units stay spent until the
+			 * newest of them leaves the window, and the rows before Redis
+			 * was asked are among them, so only rows from then on are
+			 * counted here (one admitted in that very microsecond may be
+			 * counted twice: an over-count).
+			 * Rows between the window's start and that answer are left in
+			 * place (no clean-up from a raised cutoff): if the answer is
+			 * forgotten, they count again.
+			 */
+			if (seed->frees_at > st->now)
+			{
+				w->seeded = seed->units;
+				w->seed_frees = seed->frees_at;
+			}
+			if (seed->seen_at - 1 > w->cutoff)
+				w->cutoff = seed->seen_at - 1;
+		}
+		read_first(s, hinted, w->cutoff,
+				   w->win == st->maxwin && w->cutoff == st->now - w->win ? clean_from : PG_INT64_MAX,
 				   &first);
 
 		/*
@@ -811,6 +839,7 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head, FbStat
 		}
 		else
 			w->base = st->newest.found ? st->newest.total : 0;
+		w->used += w->seeded;
 	}
 	st->now_after = fallback_now();
 	last_read.tbl = s->tbl;
@@ -860,6 +889,40 @@ retry_after(FbScan *s, const FbState *st, const FbWindow *w, int64 need, int64 *
 }
 
 /*
+ * When window w frees `need` units, counting what Redis had counted (all of
+ * it freed at once, at seed_frees) as well as the rows: the sooner of
+ * freeing them from the rows alone, if they hold that many, and of waiting
+ * for Redis's units and then for the rest from the rows. False as for
+ * retry_after.
+ */
+static bool
+window_wait(FbScan *s, const FbState *st, const FbWindow *w, int64 need, int64 *wait)
+{
+	int64		rows = w->used - w->seeded;
+	int64		best = PG_INT64_MAX;
+
+	if (need <= rows && !retry_after(s, st, w, need, &best))
+		return false;
+	if (w->seeded > 0)
+	{
+		int64		t = w->seed_frees - st->now;
+		int64		rest = need - w->seeded;
+
+		if (rest > 0 && rest <= rows)
+		{
+			int64		t_rows;
+
+			if (!retry_after(s, st, w, rest, &t_rows))
+				return false;
+			t = Max(t, t_rows);
+		}
+		best = Min(best, t);
+	}
+	*wait = best;
+	return true;
+}
+
+/*
  * Decide a call of `cost` against every window: allowed only if each admits
  * it. remaining and used describe the most constraining window, retry_us
  * the longest wait; lim and win_us name the deciding window: the first
@@ -887,7 +950,7 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 		{
 			int64		wait;
 
-			if (!retry_after(s, st, w, w->used + cost - w->lim, &wait))
+			if (!window_wait(s, st, w, w->used + cost - w->lim, &wait))
 				return false;
 			o->retry_us = Max(o->retry_us, wait);
 		}
@@ -1250,7 +1313,9 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 	bool		locked = false;
 	bool		wrote = false;
 	int64		now;
+	OutageSeed	seed;
 
+	(void) outage_seed(args, &seed);
 	scan_open(&s, t, key, RowExclusiveLock);
 	scan_open(&hs, TBL_HEAD, key, RowExclusiveLock);
 	/* other keys' expired rows go a few at a time, without any lock */
@@ -1270,14 +1335,14 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 			locked = true;
 			continue;
 		}
-		if (!read_state(&s, args, true, hd.found ? &hd : NULL, &st) ||
+		if (!read_state(&s, args, true, hd.found ? &hd : NULL, &seed, &st) ||
 			!decide(&s, &st, args->cost, false, o))
 			continue;
 		o->store = "fallback";
 		o->recorded_ts = -1;	/* rows go with an aborted transaction anyway */
 		o->shadowed = false;
 		o->known = true;
-		o->reset_at_us = st.newest.ts + st.maxwin;
+		o->reset_at_us = Max(st.newest.ts + st.maxwin, st.w[0].seed_frees);
 		if (o->allowed || args->force)
 		{
 			int64		ts = st.now_after;
@@ -1301,6 +1366,9 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 			else if (st.newest.found && st.newest.ts > st.now - st.maxwin)
 				(void) head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin);
 			insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
+			/* Redis must learn of it once it answers again (outage.c) */
+			if (t == TBL_LOG)
+				fallback_carry_add(args, ts, args->cost, ts + st.maxwin);
 			last_read.newest_ts = ts;
 			o->entry_ts = ts;
 			/* Later calls in this same command must see it. */
@@ -1309,7 +1377,7 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 
 			if (!o->allowed)
 				o->remaining = 0;
-			o->reset_at_us = ts + st.maxwin;
+			o->reset_at_us = Max(ts + st.maxwin, st.w[0].seed_frees);
 			o->used += args->cost;
 		}
 		break;
@@ -1332,12 +1400,15 @@ log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
 	FbScan		s;
 	FbState		st;
 	int64		used_longest = 0;
+	OutageSeed	seed;
 
+	(void) outage_seed(args, &seed);
 	scan_open(&s, t, stored_key(args), AccessShareLock);
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (read_state(&s, args, false, NULL, &st) && decide(&s, &st, args->cost, true, o))
+		if (read_state(&s, args, false, NULL, &seed, &st) &&
+			decide(&s, &st, args->cost, true, o))
 			break;
 	}
 	for (int i = 0; i < st.n; i++)
@@ -1346,7 +1417,8 @@ log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
 	o->known = true;
 	o->recorded_ts = -1;
 	o->shadowed = false;
-	o->reset_at_us = used_longest > 0 ? st.newest.ts + st.maxwin : st.now;
+	o->reset_at_us = used_longest > 0 ?
+		Max(st.newest.ts + st.maxwin, st.w[0].seed_frees) : st.now;
 	scan_close(&s);
 }
 
@@ -1735,6 +1807,8 @@ fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us)
 		 * newer rows down changes no window's units either.
 		 */
 		(void) try_delete(&s, &e.tid);
+		if (t == TBL_LOG)
+			fallback_carry_forget(args, ts);
 		for (int i = 0; i < nmoved; i++)
 			if (try_delete(&s, &moved[i].tid))
 				insert_row(&s, moved[i].ts, moved[i].total - cost, moved[i].cost, expires[i]);
@@ -1765,6 +1839,8 @@ fallback_reset(const RlArgs *args)
 		delete_key(&s);
 		scan_close(&s);
 	}
+	fallback_carry_forget(args, -1);
+	outage_forget(args);
 	CommandCounterIncrement();
 }
 

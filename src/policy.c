@@ -22,6 +22,7 @@
 #include "deny_cache.h"
 #include "fallback.h"
 #include "misconf.h"
+#include "outage.h"
 #include "policy.h"
 #include "stats.h"
 
@@ -177,8 +178,16 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 
 	if (policy_redis_may_be_tried(&r))
 	{
-		if (redis_op(args, o, &r))
+		int64		asked_at = outage_clock();
+
+		/*
+		 * The fallback store's admissions of the key reach Redis before
+		 * Redis decides (outage.c); what Redis then counted is kept for
+		 * the fallback store, should the next call need it.
+		 */
+		if (outage_carry(args, &r) && redis_op(args, o, &r))
 		{
+			outage_remember(args, asked_at, o);
 			after_redis_success();
 			return;
 		}

@@ -382,3 +382,38 @@ reply_refund_describe(const redisReply *reply, char *buf, size_t size)
 		snprintf(buf, size, "The refund reply is %s, not an integer.",
 				 reply_type_name(reply));
 }
+
+bool
+reply_check_import(const redisReply *reply, long long n, long long counts[3],
+				   char *why, size_t size)
+{
+	static const char *const names[3] = {"recorded", "already recorded", "outside the window"};
+	long long	sum = 0;
+
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3)
+	{
+		snprintf(why, size, "The import reply is %s, not an array of 3 integers.",
+				 reply_type_name(reply));
+		return false;
+	}
+	for (int i = 0; i < 3; i++)
+	{
+		const redisReply *e = reply->element[i];
+
+		if (e->type != REDIS_REPLY_INTEGER || e->integer < 0 || e->integer > n)
+		{
+			snprintf(why, size, "Field \"%s\" of the import reply is not an integer from 0 to %lld.",
+					 names[i], n);
+			return false;
+		}
+		counts[i] = e->integer;
+		sum += e->integer;
+	}
+	if (sum != n)
+	{
+		snprintf(why, size, "The import reply accounts for %lld entries, but %lld were sent.",
+				 sum, n);
+		return false;
+	}
+	return true;
+}

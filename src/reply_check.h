@@ -109,6 +109,14 @@ typedef enum RefundVerdict
 extern RefundVerdict reply_refund_verdict(const redisReply *reply);
 extern void reply_refund_describe(const redisReply *reply, char *buf, size_t size);
 
+/*
+ * The reply to carrying n admissions back (outage.c): {recorded, already
+ * recorded, outside their window}, three integers from 0 to n whose sum is
+ * n. False with the reason in why otherwise.
+ */
+extern bool reply_check_import(const redisReply *reply, long long n, long long counts[3],
+							   char *why, size_t size);
+
 /* "an integer", "an array", ... for messages. */
 extern const char *reply_type_name(const redisReply *reply);
 

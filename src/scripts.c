@@ -520,6 +520,64 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "return blocked({0, 0, retry, ts + maxwin, used + cost, ts, wi}, bend, now)\n";
 
 /*
+ * Carrying the fallback store's admissions back (outage.c): KEYS[1] log,
+ * KEYS[2] ledger, KEYS[3] block, KEYS[4] the log's imports; ARGV now (us,
+ * or ''), 'k' under Redis Cluster (keep the ledger and the block key), and
+ * the entries, "id,age,cost,win;" each: a name no other admission anywhere
+ * has (the server, database and row that admitted it), how long ago it was
+ * admitted (us, on the clock of the server that admitted it, so that no
+ * clock but Redis's places it), its units, and the window it was admitted
+ * under. Each entry still inside its window at Redis's now - age and not
+ * imported before is recorded at that score (or the next free microsecond
+ * after it, which can only make it expire later), and every newer entry's
+ * running total moves up by its cost, newest first, so that no moved total
+ * meets one not yet moved: O(k log n) for the k entries newer than it,
+ * once, when an outage ends. The imports set holds the names recorded,
+ * scored by when their entry leaves its window, so a batch sent twice (a
+ * lost reply, a crash before the fallback store forgot it, a rolled-back
+ * transaction) is recorded once. The ledger is left as it is: refunds name
+ * scores, and no score moves. Returns {recorded, already recorded,
+ * outside their window}.
+ */
+static const char lua_log_import[] = LUA_PRELUDE
+"local key, lk, ik = KEYS[1], KEYS[2], KEYS[4]\n"
+"if ARGV[2] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n"
+"local now = clock(ARGV[1])\n"
+"local done, dup, old, until_ = 0, 0, 0, 0\n"
+"for id, age, cost, win in string.gmatch(ARGV[3], '([^,;]+),(%d+),(%d+),(%d+);') do\n"
+"  local s = now - tonumber(age)\n"
+"  cost, win = tonumber(cost), tonumber(win)\n"
+"  if s <= now - win then old = old + 1\n"
+"  elseif redis.call('ZSCORE', ik, id) then dup = dup + 1\n"
+"  else\n"
+"    while redis.call('ZCOUNT', key, fmt(s), fmt(s)) > 0 do s = s + 1 end\n"
+"    local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. fmt(s), '-inf', 'LIMIT', 0, 1)\n"
+"    local prev = 0\n"
+"    if p[1] then prev = tonumber(p[1]) end\n"
+"    local later = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(s), '+inf', 'WITHSCORES')\n"
+"    for j = #later - 1, 1, -2 do\n"
+"      redis.call('ZREM', key, later[j])\n"
+"      redis.call('ZADD', key, later[j + 1], fmt(tonumber(later[j]) + cost))\n"
+"    end\n"
+"    redis.call('ZADD', key, fmt(s), fmt(prev + cost))\n"
+"    redis.call('ZADD', ik, fmt(s + win), id)\n"
+"    if s + win > until_ then until_ = s + win end\n"
+"    done = done + 1\n"
+"  end\n"
+"end\n"
+"if done > 0 then\n"
+"  redis.call('ZREMRANGEBYSCORE', ik, '-inf', fmt(now))\n"
+"  local ttl = math.ceil((until_ - now) / 1000) + 1\n"
+"  for _, k in ipairs({key, lk, ik}) do\n"
+"    local t = redis.call('PTTL', k)\n"
+"    if t == -2 and k == lk and keep then redis.call('ZADD', lk, '-inf', '0'); t = 0 end\n"
+"    if t >= 0 and t < ttl then redis.call('PEXPIRE', k, fmt(ttl)) end\n"
+"  end\n"
+"  keep_block(fmt(ttl))\n"
+"end\n"
+"return {done, dup, old}\n";
+
+/*
  * rl_block and rl_unblock: KEYS[1] the block key; ARGV mode ('b' block, 'u'
  * unblock), duration (us), now (us, or ''), and 'k' under Redis Cluster.
  * Block: the block ends at now + duration, or later if it already does (a
@@ -636,6 +694,7 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_SEM_RENEW] = {lua_sem_renew},
 	[SCRIPT_SEM_HOLDERS] = {lua_sem_holders},
 	[SCRIPT_BLOCK] = {lua_block},
+	[SCRIPT_LOG_IMPORT] = {lua_log_import},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */
@@ -684,10 +743,10 @@ script_command(ScriptId id, bool eval, int nkeys, const char **keys,
 			   const char **argv, size_t *lens)
 {
 	Script	   *s = &scripts[id];
-	static const char *const numkeys[] = {"0", "1", "2", "3"};
+	static const char *const numkeys[] = {"0", "1", "2", "3", "4"};
 	int			n = 0;
 
-	Assert(nkeys >= 1 && nkeys <= 3 && nargs <= MAX_SCRIPT_ARGS);
+	Assert(nkeys >= 1 && nkeys <= 4 && nargs <= MAX_SCRIPT_ARGS);
 	Assert(eval || s->sha1[0] != '\0');
 	if (eval)
 	{

@@ -21,12 +21,13 @@ typedef enum ScriptId
 	SCRIPT_SEM_RENEW,
 	SCRIPT_SEM_HOLDERS,
 	SCRIPT_BLOCK,
+	SCRIPT_LOG_IMPORT,
 	NUM_SCRIPTS
 } ScriptId;
 
 #define MAX_SCRIPT_ARGS 24
-/* Room for EVALSHA, the SHA1, numkeys, up to 3 keys and the arguments. */
-#define SCRIPT_MAX_ARGV (MAX_SCRIPT_ARGS + 6)
+/* Room for EVALSHA, the SHA1, numkeys, up to 4 keys and the arguments. */
+#define SCRIPT_MAX_ARGV (MAX_SCRIPT_ARGS + 7)
 
 /*
  * Run script `id` with `nkeys` keys and `nargs` arguments. EVALSHA first; on

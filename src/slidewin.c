@@ -28,8 +28,10 @@
 #include "enforce.h"
 #include "fallback.h"
 #include "fallback_block.h"
+#include "fallback_carry.h"
 #include "lease.h"
 #include "limit.h"
+#include "outage.h"
 #include "policy.h"
 #include "redis_conn.h"
 #include "redis_tls.h"
@@ -421,6 +423,15 @@ define_settings(void)
 								0,
 								NULL, NULL, NULL);
 
+		DefineCustomIntVariable("slidewin.outage_keys",
+								gettext_noop("Keys whose last Redis answer is kept for the fallback store; 0 turns it off."),
+								gettext_noop("When Redis cannot answer, the fallback store counts the units Redis had counted for these keys."),
+								&slidewin_outage_keys,
+								4096, 0, 1048576,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
 		DefineCustomIntVariable("slidewin.track_keys",
 								gettext_noop("Keys with the most denials kept in rl_top_keys; 0 turns it off."),
 								NULL,
@@ -445,6 +456,8 @@ _PG_init(void)
 	refund_init();
 	check_init();
 	lease_init();
+	outage_init();
+	fallback_carry_init();
 }
 
 /* ---------------------------------------------------------------------

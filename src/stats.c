@@ -75,6 +75,7 @@
 #include "utils/tuplestore.h"
 
 #include "compat.h"
+#include "fallback_carry.h"
 #include "stats.h"
 
 bool		slidewin_stats = true;
@@ -83,6 +84,7 @@ int			slidewin_track_keys = 1000;
 
 PG_FUNCTION_INFO_V1(slidewin_stats_fn);
 PG_FUNCTION_INFO_V1(slidewin_slot_stats_fn);
+PG_FUNCTION_INFO_V1(slidewin_outage_stats_fn);
 PG_FUNCTION_INFO_V1(slidewin_stats_rules);
 PG_FUNCTION_INFO_V1(slidewin_top_keys);
 PG_FUNCTION_INFO_V1(slidewin_stats_reset);
@@ -111,8 +113,15 @@ typedef enum Counter
 	C_SLOT_RELEASES,
 	C_SLOT_LEASES_ENDED,
 	C_SLOT_RELEASES_LOST,
+	/* exactness across an outage (1.8): rl_outage_stats(), after them */
+	C_OUTAGE_SEEDED_UNITS,
+	C_OUTAGE_UNSEEDED_CALLS,
+	C_OUTAGE_CARRIED,
 	NCOUNTERS
 } Counter;
+
+/* rl_slot_stats()'s counters end where the outage's begin. */
+#define NCOUNTERS_SLOTS (C_SLOT_RELEASES_LOST + 1)
 
 /* rl_stats()'s counters, the columns it has had since 1.2. */
 #define NCOUNTERS_RATE (C_REFUNDS_DROPPED + 1)
@@ -455,6 +464,19 @@ stats_refund(bool done)
 {
 	if (stats_on())
 		bump(done ? C_REFUNDS : C_REFUNDS_DROPPED, 1);
+}
+
+void
+stats_outage(StatsOutage what, int64 n)
+{
+	static const Counter counters[] = {
+		[STATS_OUTAGE_SEEDED_UNITS] = C_OUTAGE_SEEDED_UNITS,
+		[STATS_OUTAGE_UNSEEDED_CALL] = C_OUTAGE_UNSEEDED_CALLS,
+		[STATS_OUTAGE_CARRIED] = C_OUTAGE_CARRIED,
+	};
+
+	if (stats_on() && n > 0)
+		bump(counters[what], (uint64) n);
 }
 
 void
@@ -916,8 +938,8 @@ Datum
 slidewin_slot_stats_fn(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[NCOUNTERS - NCOUNTERS_RATE];
-	bool		nulls[NCOUNTERS - NCOUNTERS_RATE] = {0};
+	Datum		values[NCOUNTERS_SLOTS - NCOUNTERS_RATE];
+	bool		nulls[NCOUNTERS_SLOTS - NCOUNTERS_RATE] = {0};
 	uint64		sum[NCOUNTERS];
 	uint64		hist[RTT_BUCKETS];
 	uint64		n;
@@ -927,8 +949,35 @@ slidewin_slot_stats_fn(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	read_counters(sum, hist, &n, &reset);
-	for (int c = NCOUNTERS_RATE; c < NCOUNTERS; c++)
+	for (int c = NCOUNTERS_RATE; c < NCOUNTERS_SLOTS; c++)
 		values[c - NCOUNTERS_RATE] = Int64GetDatum((int64) sum[c]);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/*
+ * rl_outage_stats(): the counters of exactness across an outage (1.8), and
+ * the admissions of this database's fallback store still waiting to be
+ * carried back (counted in its table now, not kept in shared memory).
+ */
+Datum
+slidewin_outage_stats_fn(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[4];
+	bool		nulls[4] = {0};
+	uint64		sum[NCOUNTERS];
+	uint64		hist[RTT_BUCKETS];
+	uint64		n;
+	TimestampTz reset;
+
+	require_shared();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	read_counters(sum, hist, &n, &reset);
+	values[0] = Int64GetDatum((int64) sum[C_OUTAGE_SEEDED_UNITS]);
+	values[1] = Int64GetDatum((int64) sum[C_OUTAGE_UNSEEDED_CALLS]);
+	values[2] = Int64GetDatum((int64) sum[C_OUTAGE_CARRIED]);
+	values[3] = Int64GetDatum(fallback_carry_pending());
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }
 

@@ -42,6 +42,15 @@ extern void stats_refund(bool done);
 extern void stats_count_slot(int64 max, int64 lease_us, bool acquired, int64 holders,
 							 bool waited, int64 leases_ended);
 extern void stats_slot_released(bool delivered);
+/* Exactness across an outage (outage.c, fallback.c). */
+typedef enum StatsOutage
+{
+	STATS_OUTAGE_SEEDED_UNITS,	/* units Redis had counted, carried into the fallback store */
+	STATS_OUTAGE_UNSEEDED_CALL, /* a fallback call on a key Redis's answers were not kept for */
+	STATS_OUTAGE_CARRIED		/* fallback admissions Redis recorded when carried back */
+} StatsOutage;
+extern void stats_outage(StatsOutage what, int64 n);
+
 /* One request answered by Redis, in microseconds from sending to reply. */
 extern void stats_redis_rtt(int64 us);
 

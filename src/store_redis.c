@@ -622,6 +622,44 @@ redis_store_refund_now(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
 	return true;
 }
 
+bool
+redis_store_import(const RlArgs *args, const char *entries, int n,
+				   int64 *recorded, RedisResult *r)
+{
+	StringInfoData keys[4];
+	const char *k[4];
+	size_t		klens[4];
+	char		now[24];
+	const char *argv[3];
+	long long	counts[3];
+	char		why[sizeof(r->message)];
+
+	Assert(args->algorithm == ALGO_SLIDING_LOG);
+	build_key(&keys[0], "log", args);
+	build_ledger_key(&keys[1], "log", args);
+	build_block_key(&keys[2], args);
+	build_key(&keys[3], "logi", args);
+	for (int i = 0; i < 4; i++)
+	{
+		k[i] = keys[i].data;
+		klens[i] = keys[i].len;
+	}
+	argv[0] = clock_arg(now, sizeof(now));
+	argv[1] = redis_target_is_cluster() ? "k" : "";
+	argv[2] = entries;
+	script_run(SCRIPT_LOG_IMPORT, 4, k, klens, 3, argv, r);
+	for (int i = 0; i < 4; i++)
+		pfree(keys[i].data);
+	if (!settle(r))
+		return false;
+	if (!reply_check_import(r->reply, n, counts, why, sizeof(why)))
+		return refuse_reply(r, "%s", why);
+	freeReplyObject(r->reply);
+	r->reply = NULL;
+	*recorded = counts[0];
+	return true;
+}
+
 RefundVerdict
 redis_store_refund_verdict(const redisReply *reply)
 {

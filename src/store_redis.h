@@ -57,6 +57,15 @@ extern void redis_store_refund_describe(const redisReply *reply, char *buf, size
 extern void redis_store_log_keys(const RlArgs *args, char **log, int *loglen,
 								 char **ledger, int *ledgerlen);
 
+/*
+ * Carry n admissions of the fallback store back into the key's Redis log
+ * (outage.c): entries is "id,age,cost,win;" each (see lua_log_import).
+ * *recorded: how many Redis had not recorded yet. False when Redis cannot
+ * answer now, as above.
+ */
+extern bool redis_store_import(const RlArgs *args, const char *entries, int n,
+							   int64 *recorded, RedisResult *failure);
+
 /* Concurrency slots (lease.c). */
 typedef struct RlSemReply
 {

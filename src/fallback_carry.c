@@ -1,0 +1,389 @@
+/*-------------------------------------------------------------------------
+ *
+ * fallback_carry.c
+ *		The fallback store's admissions Redis has not learned of yet:
+ *		rl_fallback_carry (key, plen, ts, cost, expires), one row per
+ *		sliding-log admission of the fallback store, written with it.
+ *
+ * outage.c carries the rows into Redis once it answers again, each named by
+ * this server, this database and the row's time, and deletes them when
+ * Redis has recorded them. Rows are written and deleted in the caller's
+ * transaction: an admission that rolls back takes its row with it, and a
+ * carry whose transaction rolls back leaves the rows to be sent again, which
+ * Redis recognises by their names. Rows whose window has ended are deleted
+ * by the next carry that passes them, and never sent.
+ *
+ * key is the stored key (key_prefix, then the user key) and plen the
+ * prefix's length, so that a row is carried only under the prefix it was
+ * admitted under. Readers and writers take no lock of their own and read
+ * with SnapshotSelf, as the rest of the fallback store does; two backends
+ * carrying the same rows both send them (Redis records them once), and a
+ * row another transaction is deleting is left to it.
+ *
+ * A database whose extension predates the table (1.7 and before, not yet
+ * updated) carries nothing. This file never talks to Redis.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/index.h"
+#include "catalog/pg_collation_d.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "compat.h"
+#include "fallback_block.h"
+#include "fallback_carry.h"
+#include "outage.h"
+#include "store_redis.h"
+
+#define CA_ATT_KEY 1
+#define CA_ATT_PLEN 2
+#define CA_ATT_TS 3
+#define CA_ATT_COST 4
+#define CA_ATT_EXPIRES 5
+#define CA_NATTS 5
+
+/* Ended rows one collection deletes, and rows of other prefixes it steps over. */
+#define CARRY_SWEEP 32
+#define CARRY_MAX_FOREIGN 64
+
+static bool oids_known = false;
+static Oid	carry_rel = InvalidOid;
+static Oid	carry_key_idx = InvalidOid;
+static Oid	carry_expires_idx = InvalidOid;
+static IndexInfo *key_info = NULL;
+static IndexInfo *expires_info = NULL;
+
+static void
+invalidate_oids(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || !OidIsValid(carry_rel) || relid == carry_rel ||
+		relid == carry_key_idx || relid == carry_expires_idx)
+		oids_known = false;
+}
+
+void
+fallback_carry_init(void)
+{
+	CacheRegisterRelcacheCallback(invalidate_oids, (Datum) 0);
+}
+
+static bool
+lookup_oids(void)
+{
+	if (!oids_known)
+	{
+		carry_rel = fallback_relid_if_any("rl_fallback_carry");
+		carry_key_idx = fallback_relid_if_any("rl_fallback_carry_key_ts");
+		carry_expires_idx = fallback_relid_if_any("rl_fallback_carry_expires");
+		if (!OidIsValid(carry_key_idx) || !OidIsValid(carry_expires_idx))
+			carry_rel = InvalidOid;
+		if (key_info)
+			pfree(key_info);
+		if (expires_info)
+			pfree(expires_info);
+		key_info = expires_info = NULL;
+		oids_known = true;
+	}
+	return OidIsValid(carry_rel);
+}
+
+bool
+fallback_carry_available(void)
+{
+	return lookup_oids();
+}
+
+typedef struct CarryRel
+{
+	Relation	rel;
+	Relation	key_idx;
+	Relation	expires_idx;
+	TupleTableSlot *slot;
+	LOCKMODE	mode;
+} CarryRel;
+
+static void
+carry_open(CarryRel *c, LOCKMODE mode)
+{
+	c->mode = mode;
+	c->rel = table_open(carry_rel, mode);
+	if (RelationGetDescr(c->rel)->natts != CA_NATTS)
+		elog(ERROR, "rl_fallback_carry has %d columns, not %d",
+			 RelationGetDescr(c->rel)->natts, CA_NATTS);
+	c->key_idx = index_open(carry_key_idx, mode);
+	c->expires_idx = index_open(carry_expires_idx, mode);
+	c->slot = table_slot_create(c->rel, NULL);
+}
+
+static void
+carry_close(CarryRel *c)
+{
+	ExecDropSingleTupleTableSlot(c->slot);
+	index_close(c->expires_idx, c->mode);
+	index_close(c->key_idx, c->mode);
+	table_close(c->rel, c->mode);
+}
+
+static int64
+slot_int8(TupleTableSlot *slot, int attno)
+{
+	bool		isnull;
+
+	return DatumGetInt64(slot_getattr(slot, attno, &isnull));
+}
+
+/* Delete a row unless another transaction is deleting it; never waits. */
+static void
+try_delete(CarryRel *c, ItemPointer tid)
+{
+	TM_FailureData tmfd;
+
+	(void) slidewin_heap_delete(c->rel, tid, GetCurrentCommandId(true), false, &tmfd);
+}
+
+static IndexScanDesc
+scan_key(CarryRel *c, text *key, int64 ts)
+{
+	ScanKeyData sk[2];
+	int			nkeys = 1;
+	IndexScanDesc scan;
+
+	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(key));
+	if (ts >= 0)
+		ScanKeyEntryInitialize(&sk[nkeys++], 0, 2, BTEqualStrategyNumber, InvalidOid,
+							   InvalidOid, F_INT8EQ, Int64GetDatum(ts));
+	scan = slidewin_index_beginscan(c->rel, c->key_idx, SnapshotSelf, nkeys, 0);
+	index_rescan(scan, sk, nkeys, NULL, 0);
+	return scan;
+}
+
+static IndexScanDesc
+scan_expires(CarryRel *c, StrategyNumber strategy, int64 bound)
+{
+	ScanKeyData sk;
+	IndexScanDesc scan;
+
+	ScanKeyEntryInitialize(&sk, 0, 1, strategy, InvalidOid, InvalidOid,
+						   strategy == BTLessEqualStrategyNumber ? F_INT8LE : F_INT8GT,
+						   Int64GetDatum(bound));
+	scan = slidewin_index_beginscan(c->rel, c->expires_idx, SnapshotSelf, 1, 0);
+	index_rescan(scan, &sk, 1, NULL, 0);
+	return scan;
+}
+
+void
+fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
+{
+	CarryRel	c;
+	Datum		values[CA_NATTS];
+	bool		nulls[CA_NATTS] = {false};
+	HeapTuple	tup;
+	MemoryContext old;
+
+	if (!lookup_oids())
+		return;
+	carry_open(&c, RowExclusiveLock);
+	if (key_info == NULL)
+	{
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		key_info = BuildIndexInfo(c.key_idx);
+		expires_info = BuildIndexInfo(c.expires_idx);
+		MemoryContextSwitchTo(old);
+	}
+	values[CA_ATT_KEY - 1] = PointerGetDatum(fallback_stored_key(args));
+	values[CA_ATT_PLEN - 1] = Int32GetDatum(slidewin_key_prefix ? (int32) strlen(slidewin_key_prefix) : 0);
+	values[CA_ATT_TS - 1] = Int64GetDatum(ts);
+	values[CA_ATT_COST - 1] = Int64GetDatum(cost);
+	values[CA_ATT_EXPIRES - 1] = Int64GetDatum(expires);
+	tup = heap_form_tuple(RelationGetDescr(c.rel), values, nulls);
+	simple_heap_insert(c.rel, tup);
+	{
+		Datum		kv[2] = {values[CA_ATT_KEY - 1], values[CA_ATT_TS - 1]};
+		bool		kn[2] = {false, false};
+
+		index_insert(c.key_idx, kv, kn, &tup->t_self, c.rel, UNIQUE_CHECK_NO, false, key_info);
+		index_insert(c.expires_idx, &values[CA_ATT_EXPIRES - 1], &nulls[CA_ATT_EXPIRES - 1],
+					 &tup->t_self, c.rel, UNIQUE_CHECK_NO, false, expires_info);
+	}
+	heap_freetuple(tup);
+	carry_close(&c);
+	outage_fallback_wrote();
+}
+
+void
+fallback_carry_forget(const RlArgs *args, int64 ts)
+{
+	CarryRel	c;
+	IndexScanDesc scan;
+
+	if (!lookup_oids())
+		return;
+	carry_open(&c, RowExclusiveLock);
+	scan = scan_key(&c, fallback_stored_key(args), ts);
+	while (index_getnext_slot(scan, ForwardScanDirection, c.slot))
+		try_delete(&c, &c.slot->tts_tid);
+	index_endscan(scan);
+	carry_close(&c);
+}
+
+/* This server and database, as the start of every row's name in Redis. */
+static const char *
+origin(void)
+{
+	static char buf[64];
+
+	snprintf(buf, sizeof(buf), "%llx.%x", (unsigned long long) GetSystemIdentifier(),
+			 (unsigned int) MyDatabaseId);
+	return buf;
+}
+
+/* Collect the live rows of key (a stored key) into c; deletes ended ones. */
+static void
+collect_key(CarryRel *r, text *key, int64 now, int max, FallbackCarry *c)
+{
+	IndexScanDesc scan = scan_key(r, key, -1);
+	const char *from = origin();
+
+	while (c->n < max && index_getnext_slot(scan, ForwardScanDirection, r->slot))
+	{
+		int64		ts = slot_int8(r->slot, CA_ATT_TS);
+		int64		cost = slot_int8(r->slot, CA_ATT_COST);
+		int64		expires = slot_int8(r->slot, CA_ATT_EXPIRES);
+
+		if (expires <= now)
+		{
+			try_delete(r, &r->slot->tts_tid);
+			continue;
+		}
+		appendStringInfo(&c->entries, "%s.%llx,%lld,%lld,%lld;", from,
+						 (unsigned long long) ts, (long long) Max(now - ts, 0),
+						 (long long) cost, (long long) (expires - ts));
+		c->tids[c->n++] = r->slot->tts_tid;
+	}
+	index_endscan(scan);
+}
+
+bool
+fallback_carry_collect(const RlArgs *args, int max, FallbackCarry *c)
+{
+	CarryRel	r;
+	int64		now;
+	const char *prefix = slidewin_key_prefix ? slidewin_key_prefix : "";
+	int			plen = strlen(prefix);
+	text	   *key = NULL;
+
+	if (!lookup_oids())
+		return false;
+	memset(c, 0, sizeof(*c));
+	carry_open(&r, RowExclusiveLock);
+	/* a table that never held a row has no page: nothing to descend */
+	if (RelationGetNumberOfBlocks(r.rel) == 0)
+	{
+		carry_close(&r);
+		return false;
+	}
+	now = fallback_clock();
+	if (args)
+	{
+		key = fallback_stored_key(args);
+		c->args = *args;
+	}
+	else
+	{
+		IndexScanDesc scan;
+		int			n = 0;
+
+		/* rows whose windows have ended go first, a few at a time */
+		scan = scan_expires(&r, BTLessEqualStrategyNumber, now);
+		while (n++ < CARRY_SWEEP && index_getnext_slot(scan, ForwardScanDirection, r.slot))
+			try_delete(&r, &r.slot->tts_tid);
+		index_endscan(scan);
+
+		/* then the key whose row leaves its window first, under our prefix */
+		n = 0;
+		scan = scan_expires(&r, BTGreaterStrategyNumber, now);
+		while (n++ < CARRY_MAX_FOREIGN &&
+			   index_getnext_slot(scan, ForwardScanDirection, r.slot))
+		{
+			bool		isnull;
+			text	   *k = DatumGetTextPCopy(slot_getattr(r.slot, CA_ATT_KEY, &isnull));
+			int32		kplen = DatumGetInt32(slot_getattr(r.slot, CA_ATT_PLEN, &isnull));
+
+			if (kplen == plen && VARSIZE_ANY_EXHDR(k) >= plen &&
+				memcmp(VARDATA_ANY(k), prefix, plen) == 0)
+			{
+				key = k;
+				break;
+			}
+		}
+		index_endscan(scan);
+		if (key == NULL)
+		{
+			CommandCounterIncrement();
+			carry_close(&r);
+			return false;
+		}
+		memset(&c->args, 0, sizeof(c->args));
+		c->args.algorithm = ALGO_SLIDING_LOG;
+		c->args.keylen = VARSIZE_ANY_EXHDR(key) - plen;
+		c->args.key = pnstrdup(VARDATA_ANY(key) + plen, c->args.keylen);
+	}
+	initStringInfo(&c->entries);
+	c->tids = palloc(max * sizeof(ItemPointerData));
+	collect_key(&r, key, now, max, c);
+	CommandCounterIncrement();
+	carry_close(&r);
+	return c->n > 0;
+}
+
+void
+fallback_carry_done(FallbackCarry *c)
+{
+	CarryRel	r;
+
+	if (!lookup_oids())
+		return;
+	carry_open(&r, RowExclusiveLock);
+	for (int i = 0; i < c->n; i++)
+		try_delete(&r, &c->tids[i]);
+	CommandCounterIncrement();
+	carry_close(&r);
+}
+
+int64
+fallback_carry_pending(void)
+{
+	CarryRel	r;
+	IndexScanDesc scan;
+	int64		n = 0;
+
+	if (!lookup_oids())
+		return 0;
+	carry_open(&r, AccessShareLock);
+	scan = scan_expires(&r, BTGreaterStrategyNumber, fallback_clock());
+	while (index_getnext_slot(scan, ForwardScanDirection, r.slot))
+		n++;
+	index_endscan(scan);
+	carry_close(&r);
+	return n;
+}

@@ -1,0 +1,47 @@
+/*
+ * fallback_carry.h
+ *		The fallback store's admissions that Redis has not learned of yet
+ *		(rl_fallback_carry), carried back by outage.c.
+ */
+#ifndef SLIDEWIN_FALLBACK_CARRY_H
+#define SLIDEWIN_FALLBACK_CARRY_H
+
+#include "lib/stringinfo.h"
+#include "storage/itemptr.h"
+
+#include "limit.h"
+
+extern void fallback_carry_init(void);
+
+/* Whether this database has the table (1.8 and later). */
+extern bool fallback_carry_available(void);
+
+/* A sliding-log admission of the fallback store (ts, cost, expires). */
+extern void fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires);
+
+/* Forget the key's row admitted at ts (-1: every row of the key). */
+extern void fallback_carry_forget(const RlArgs *args, int64 ts);
+
+/* One key's rows on their way to Redis. */
+typedef struct FallbackCarry
+{
+	RlArgs		args;			/* the key (user key, under today's prefix) */
+	StringInfoData entries;		/* "id,age,cost,win;" each (lua_log_import) */
+	int			n;
+	ItemPointerData *tids;
+} FallbackCarry;
+
+/*
+ * Up to max rows of args' key, or (args NULL) of the key with the row
+ * that leaves its window first, among the keys under today's prefix. Rows
+ * already out of their windows are deleted on the way. False: none.
+ */
+extern bool fallback_carry_collect(const RlArgs *args, int max, FallbackCarry *c);
+
+/* Redis has them: delete the rows, in the caller's transaction. */
+extern void fallback_carry_done(FallbackCarry *c);
+
+/* Rows of this database still inside their windows (0 without the table). */
+extern int64 fallback_carry_pending(void);
+
+#endif

@@ -1,0 +1,320 @@
+/*-------------------------------------------------------------------------
+ *
+ * outage.c
+ *		Exactness across an outage: the fallback store starts from what
+ *		Redis had counted, and Redis learns what the fallback store admitted.
+ *
+ * Into the outage. Every sliding-log answer Redis gives (attempt or peek)
+ * is noted in a direct-mapped table in shared memory, slidewin.outage_keys
+ * slots of a few words, one per key: the key (a 64-bit hash of the prefix
+ * and the key) and window, when this server asked (on the fallback store's
+ * clock), the units Redis counted in the window, and when the newest of
+ * them leaves it, moved onto this server's clock. The fallback store
+ * (fallback.c) reads it for the key: it counts those units as spent until
+ * then, as if all of them had been admitted with the newest (never fewer
+ * than Redis had counted, and never freed sooner), and counts its own rows
+ * only from the time of that answer on, since every row before it had been
+ * carried into Redis and is among Redis's units. A key whose slot another
+ * key took since (the table bounds memory, not keys), or that Redis never
+ * answered on this server, falls back as before, counted in rl_stats.
+ * Writers hold the slot's spinlock for a copy of a few words.
+ *
+ * Out of the outage. Every sliding-log admission of the fallback store is
+ * also a row of rl_fallback_carry until Redis has it. Before Redis decides
+ * a sliding-log call of a key, the call carries that key's rows into its
+ * Redis log (lua_log_import), each with its age, not its time, so that
+ * Redis's clock places it; and then, so that keys nobody calls again are not
+ * left behind, the rows of one other key. The rows go in one script per key
+ * and leave the table in the caller's transaction once Redis has answered.
+ * Every row is named by the server, database and time that admitted it, and
+ * Redis keeps the names it recorded for as long as their entries are in the
+ * window, so a batch sent again, after a lost reply, a crash or a rolled-back
+ * transaction, is recorded once. The work is done by the calls themselves,
+ * not by a background worker: the fallback store is per database and is
+ * read in the caller's transaction, which a worker would need a connection
+ * to every database for, and the calls that need Redis exact are the ones
+ * that find the rows first. The price: on a server where nothing calls
+ * after an outage, nothing is carried until something does.
+ *
+ * Whether this database may have rows to carry is known without a lookup:
+ * a counter in shared memory moves on every fallback admission on the
+ * server, and a backend looks at the table only when it has moved since it
+ * last found the table empty, or when it wrote a row itself. So the normal
+ * path, with nothing waiting, reads one atomic and makes no round trip.
+ *
+ * This file decides nothing about policy and formats no Redis command.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "common/hashfn.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+
+#include "fallback_block.h"
+#include "fallback_carry.h"
+#include "outage.h"
+#include "stats.h"
+#include "store_redis.h"
+
+int			slidewin_outage_keys = 4096;
+
+typedef struct OutageSlot
+{
+	slock_t		mutex;
+	uint64		keyhash;		/* of prefix and key; 0: empty */
+	int64		win_us;
+	int64		seen_at;		/* fallback clock: when this server asked Redis */
+	int64		units;			/* units Redis counted in the window */
+	int64		frees_at;		/* fallback clock: the newest of them leaves the window */
+	bool		applied;		/* a fallback call has counted them (for rl_stats) */
+} OutageSlot;
+
+typedef struct OutageShared
+{
+	pg_atomic_uint64 epoch;		/* moves on every fallback admission */
+	OutageSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} OutageShared;
+
+static OutageShared *shared = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/*
+ * Redis's clock less this server's, as the last admission Redis recorded
+ * for this backend showed it (0 until then, and under the test clock).
+ */
+static int64 redis_offset_us = 0;
+
+/* The carry-back state of this backend (see the header comment). */
+static bool carry_maybe = true;
+static uint64 carry_epoch_seen = 0;
+
+static Size
+shared_size(void)
+{
+	return add_size(offsetof(OutageShared, slots),
+					mul_size(sizeof(OutageSlot), slidewin_outage_keys));
+}
+
+static void
+shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(shared_size()));
+}
+
+static void
+shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	shared = ShmemInitStruct("slidewin outage", shared_size(), &found);
+	if (!found)
+	{
+		pg_atomic_init_u64(&shared->epoch, 1);
+		for (int i = 0; i < slidewin_outage_keys; i++)
+		{
+			memset(&shared->slots[i], 0, sizeof(OutageSlot));
+			SpinLockInit(&shared->slots[i].mutex);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+outage_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = shmem_startup;
+}
+
+static bool
+seeds_active(void)
+{
+	return shared != NULL && slidewin_outage_keys > 0;
+}
+
+/* The key's identity in the table: its prefix and the key itself. */
+static uint64
+outage_keyhash(const RlArgs *args)
+{
+	const char *prefix = slidewin_key_prefix ? slidewin_key_prefix : "";
+	uint64		h;
+
+	h = hash_bytes_extended((const unsigned char *) prefix, strlen(prefix), 0x5eed);
+	h = hash_bytes_extended((const unsigned char *) args->key, args->keylen, h);
+	return h == 0 ? 1 : h;
+}
+
+int64
+outage_clock(void)
+{
+	return fallback_clock();
+}
+
+void
+outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
+{
+	uint64		kh;
+	OutageSlot *slot;
+	int64		frees_at;
+
+	if (args->algorithm != ALGO_SLIDING_LOG || !o->known || o->store[0] != 'r')
+		return;
+	if (o->recorded_ts >= 0)
+		redis_offset_us = o->recorded_ts - outage_clock();
+	if (!seeds_active())
+		return;
+	kh = outage_keyhash(args);
+	slot = &shared->slots[kh % slidewin_outage_keys];
+	frees_at = o->used > 0 ? o->reset_at_us - redis_offset_us : asked_at;
+	SpinLockAcquire(&slot->mutex);
+	slot->keyhash = kh;
+	slot->win_us = args->win_us;
+	slot->seen_at = asked_at;
+	slot->units = o->used;
+	slot->frees_at = frees_at;
+	slot->applied = false;
+	SpinLockRelease(&slot->mutex);
+}
+
+bool
+outage_seed(const RlArgs *args, OutageSeed *seed)
+{
+	uint64		kh;
+	OutageSlot *slot;
+	OutageSlot	copy;
+	bool		first_use;
+
+	memset(seed, 0, sizeof(*seed));
+	if (!seeds_active() || args->algorithm != ALGO_SLIDING_LOG)
+		return false;
+	kh = outage_keyhash(args);
+	slot = &shared->slots[kh % slidewin_outage_keys];
+	SpinLockAcquire(&slot->mutex);
+	copy = *slot;
+	first_use = copy.keyhash == kh && copy.win_us == args->win_us && !copy.applied;
+	if (first_use)
+		slot->applied = true;
+	SpinLockRelease(&slot->mutex);
+	if (copy.keyhash != kh || copy.win_us != args->win_us)
+	{
+		stats_outage(STATS_OUTAGE_UNSEEDED_CALL, 1);
+		return false;
+	}
+	if (first_use)
+		stats_outage(STATS_OUTAGE_SEEDED_UNITS, copy.units);
+	seed->found = true;
+	seed->seen_at = copy.seen_at;
+	seed->units = copy.units;
+	seed->frees_at = copy.frees_at;
+	return true;
+}
+
+void
+outage_forget(const RlArgs *args)
+{
+	uint64		kh;
+	OutageSlot *slot;
+
+	if (!seeds_active())
+		return;
+	kh = outage_keyhash(args);
+	slot = &shared->slots[kh % slidewin_outage_keys];
+	SpinLockAcquire(&slot->mutex);
+	if (slot->keyhash == kh)
+		slot->keyhash = 0;
+	SpinLockRelease(&slot->mutex);
+}
+
+void
+outage_fallback_wrote(void)
+{
+	carry_maybe = true;
+	if (shared != NULL)
+		pg_atomic_fetch_add_u64(&shared->epoch, 1);
+}
+
+/* Rows carried per script: one round trip carries at most this many. */
+#define CARRY_BATCH 64
+
+/*
+ * Carry the rows of one key into Redis: of args' key, or (args NULL) of
+ * whichever key has the oldest row waiting. *found: whether there was
+ * anything. False when Redis could not answer (r filled in): the rows stay.
+ */
+static bool
+carry_one(const RlArgs *args, bool *found, RedisResult *r)
+{
+	FallbackCarry c;
+	RlArgs		same;
+	int64		recorded;
+
+	*found = false;
+	for (;;)
+	{
+		if (!fallback_carry_collect(args, CARRY_BATCH, &c))
+			return true;
+		*found = true;
+		if (!redis_store_import(&c.args, c.entries.data, c.n, &recorded, r))
+			return false;
+		fallback_carry_done(&c);
+		stats_outage(STATS_OUTAGE_CARRIED, recorded);
+		if (c.n < CARRY_BATCH)
+			return true;
+		same = c.args;			/* more of the same key */
+		args = &same;
+	}
+}
+
+bool
+outage_carry(const RlArgs *args, RedisResult *r)
+{
+	uint64		epoch = 0;
+	bool		mine;
+	bool		other;
+
+	if (args->algorithm != ALGO_SLIDING_LOG)
+		return true;
+	if (shared != NULL)
+	{
+		epoch = pg_atomic_read_u64(&shared->epoch);
+		if (epoch != carry_epoch_seen)
+			carry_maybe = true;
+	}
+	if (!carry_maybe)
+		return true;
+	/* A standby's fallback store is empty, and could not be written. */
+	if (RecoveryInProgress() || !fallback_carry_available())
+	{
+		carry_maybe = false;
+		carry_epoch_seen = epoch;
+		return true;
+	}
+	if (!carry_one(args, &mine, r) || !carry_one(NULL, &other, r))
+		return false;
+	if (!mine && !other)
+	{
+		carry_maybe = false;
+		carry_epoch_seen = epoch;
+	}
+	return true;
+}

@@ -1,0 +1,55 @@
+/*
+ * outage.h
+ *		Exactness across an outage (outage.c): what Redis last counted, kept
+ *		for the fallback store, and the fallback store's admissions carried
+ *		back into Redis.
+ */
+#ifndef SLIDEWIN_OUTAGE_H
+#define SLIDEWIN_OUTAGE_H
+
+#include "limit.h"
+#include "redis_conn.h"
+
+extern int	slidewin_outage_keys;
+
+/* Called from _PG_init: sets up shared memory when preloaded. */
+extern void outage_init(void);
+
+/* The fallback store's clock, Unix microseconds (the test clock if set). */
+extern int64 outage_clock(void);
+
+/*
+ * Redis answered a call that was sent at asked_at (outage_clock): keep what
+ * it counted for the key, for the fallback store. Sliding log only.
+ */
+extern void outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o);
+
+/*
+ * What Redis last counted for the key and window on this server: `units`
+ * spent until frees_at, counting every fallback row up to seen_at (all on
+ * the fallback store's clock). False when nothing is kept for it.
+ */
+typedef struct OutageSeed
+{
+	bool		found;
+	int64		seen_at;
+	int64		units;
+	int64		frees_at;
+} OutageSeed;
+
+extern bool outage_seed(const RlArgs *args, OutageSeed *seed);
+
+/* rl_reset: what Redis had counted for the key no longer holds. */
+extern void outage_forget(const RlArgs *args);
+
+/* The fallback store wrote a row that Redis must learn of. */
+extern void outage_fallback_wrote(void);
+
+/*
+ * Before Redis decides a call: carry the fallback store's admissions of the
+ * key (and of one other key) into Redis. False when Redis could not answer
+ * (r filled in); the call then follows its policy.
+ */
+extern bool outage_carry(const RlArgs *args, RedisResult *r);
+
+#endif
