@@ -1377,7 +1377,8 @@ log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 
 			if (!o->allowed)
 				o->remaining = 0;
-			o->reset_at_us = Max(ts + st.maxwin, st.w[0].seed_frees);
+			/* the newest entry: what Redis had counted frees no later */
+			o->reset_at_us = ts + st.maxwin;
 			o->used += args->cost;
 		}
 		break;
