@@ -200,7 +200,7 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 	HeapTuple	tup;
 	MemoryContext old;
 
-	if (!lookup_oids())
+	if (!slidewin_outage_exact || !lookup_oids())
 		return;
 	carry_open(&c, RowExclusiveLock);
 	if (key_info == NULL)

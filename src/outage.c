@@ -67,6 +67,7 @@
 #include "store_redis.h"
 
 int			slidewin_outage_keys = 4096;
+bool		slidewin_outage_exact = true;
 
 typedef struct OutageSlot
 {
@@ -177,7 +178,8 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 	OutageSlot *slot;
 	int64		frees_at;
 
-	if (args->algorithm != ALGO_SLIDING_LOG || !o->known || o->store[0] != 'r')
+	if (!slidewin_outage_exact || args->algorithm != ALGO_SLIDING_LOG || !o->known ||
+		o->store[0] != 'r')
 		return;
 	if (o->recorded_ts >= 0)
 		redis_offset_us = o->recorded_ts - outage_clock();
@@ -205,7 +207,7 @@ outage_seed(const RlArgs *args, OutageSeed *seed)
 	bool		first_use;
 
 	memset(seed, 0, sizeof(*seed));
-	if (!seeds_active() || args->algorithm != ALGO_SLIDING_LOG)
+	if (!slidewin_outage_exact || !seeds_active() || args->algorithm != ALGO_SLIDING_LOG)
 		return false;
 	kh = outage_keyhash(args);
 	slot = &shared->slots[kh % slidewin_outage_keys];
@@ -292,7 +294,7 @@ outage_carry(const RlArgs *args, RedisResult *r)
 	bool		mine;
 	bool		other;
 
-	if (args->algorithm != ALGO_SLIDING_LOG)
+	if (!slidewin_outage_exact || args->algorithm != ALGO_SLIDING_LOG)
 		return true;
 	if (shared != NULL)
 	{

@@ -311,6 +311,15 @@ define_settings(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("slidewin.outage_exact",
+							 gettext_noop("Keep the fallback store and Redis exact across an outage."),
+							 gettext_noop("On: the fallback store counts what Redis last counted (needs shared_preload_libraries), and its admissions are carried into Redis once it answers again. Off: each store counts apart."),
+							 &slidewin_outage_exact,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	DefineCustomIntVariable("slidewin.redis_retry_interval",
 							gettext_noop("How long a backend leaves Redis alone after a failure."),
 							NULL,
