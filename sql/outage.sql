@@ -6,6 +6,8 @@ SET slidewin.key_prefix = 'regress:out:';
 SET TimeZone = 'UTC';
 SET slidewin.redis_retry_interval = 0;
 SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd']) k;
+-- what earlier tests' fallback calls left waiting (on their test clocks)
+TRUNCATE rl_fallback_carry;
 CREATE FUNCTION pg_temp.at(s int) RETURNS void LANGUAGE sql AS $$
   SELECT set_config('slidewin.test_now',
                     (timestamptz '2030-01-01 00:00:00+00' + s * interval '1 second')::text, false);
@@ -61,30 +63,31 @@ SELECT pg_temp.at(60);
 SELECT allowed, remaining, store FROM rl_attempt('a', 5, '1 minute');
 SELECT allowed, remaining, retry_after, store FROM rl_attempt('a', 5, '1 minute');
 
--- Sent twice (a reply lost, a crash before the rows were deleted, a
--- rolled-back transaction): Redis records each admission once.
+-- Sent twice (the reply lost, the backend terminated, the carrying
+-- transaction rolled back): Redis records each admission once. lim 10.
 SELECT pg_temp.down(), pg_temp.at(100);
-SELECT allowed, remaining, store FROM rl_attempt('c', 5, '1 minute');
-SELECT allowed, remaining, store FROM rl_attempt('c', 5, '1 minute');
-CREATE TEMP TABLE c_rows AS SELECT * FROM rl_fallback_carry WHERE key = 'regress:out:c';
+SELECT allowed, remaining, store FROM rl_attempt('c', 10, '1 minute');
+SELECT allowed, remaining, store FROM rl_attempt('c', 10, '1 minute');
+-- a peek carries nothing (it decides nothing): Redis has none of them yet
 SELECT pg_temp.up(), pg_temp.at(101);
-SELECT allowed, remaining, store FROM rl_peek('c', 5, '1 minute');
-INSERT INTO rl_fallback_carry SELECT * FROM c_rows;
-SELECT allowed, remaining, store FROM rl_peek('c', 5, '1 minute');
+SELECT allowed, remaining, store FROM rl_peek('c', 10, '1 minute');
 SELECT count(*) AS waiting FROM rl_fallback_carry;
--- a carry rolled back: the rows come back, and are recorded once
+-- the attempt carries them, then is admitted (3 used), but its transaction
+-- rolls back: Redis keeps what it recorded, and the rows come back
 BEGIN;
-INSERT INTO rl_fallback_carry SELECT * FROM c_rows;
-SELECT allowed, remaining, store FROM rl_peek('c', 5, '1 minute');
+SELECT allowed, remaining, store FROM rl_attempt('c', 10, '1 minute');
+SELECT count(*) AS waiting FROM rl_fallback_carry;
 ROLLBACK;
 SELECT count(*) AS waiting FROM rl_fallback_carry;
-SELECT allowed, remaining, store FROM rl_peek('c', 5, '1 minute');
+-- sent again, they are recognised: only the call's own unit is added
+SELECT allowed, remaining, store FROM rl_attempt('c', 10, '1 minute');
+SELECT count(*) AS waiting FROM rl_fallback_carry;
 
 -- An admission whose window ended before Redis came back is not sent.
 SELECT pg_temp.down(), pg_temp.at(200);
 SELECT allowed, remaining, store FROM rl_attempt('d', 5, '1 minute');
 SELECT pg_temp.up(), pg_temp.at(261);
-SELECT allowed, remaining, store FROM rl_peek('d', 5, '1 minute');
+SELECT allowed, remaining, store FROM rl_attempt('d', 5, '1 minute');
 SELECT count(*) AS waiting FROM rl_fallback_carry;
 
 -- A rolled-back fallback admission was never spent: nothing to carry.
@@ -102,6 +105,47 @@ SELECT allowed, remaining, store FROM rl_attempt('a', 5, '1 minute');
 SELECT rl_reset('a');
 SELECT allowed, remaining, store FROM rl_attempt('a', 5, '1 minute');
 SELECT count(*) AS waiting FROM rl_fallback_carry;
+
+-- The counting algorithms, lim 5 per minute: Redis admits 3 (0 s, 10 s,
+-- 20 s), Redis goes away at 30 s, comes back at 40 s, and at 70 s.
+CREATE FUNCTION pg_temp.counting(algo text) RETURNS TABLE (at int, store text, allowed boolean, remaining bigint, retry_after interval)
+LANGUAGE plpgsql AS $$
+DECLARE r rl_result; t int;
+BEGIN
+  PERFORM pg_temp.up();
+  PERFORM rl_reset(algo);
+  FOREACH t IN ARRAY ARRAY[0, 10, 20, 30, 30, 30, 30, 30, 30, 40, 40, 70, 70, 70] LOOP
+    PERFORM pg_temp.at(t);
+    IF t = 30 THEN PERFORM pg_temp.down(); ELSE PERFORM pg_temp.up(); END IF;
+    r := rl_attempt(algo, 5, '1 minute', algorithm => algo);
+    at := t; store := r.store; allowed := r.allowed; remaining := r.remaining; retry_after := r.retry_after;
+    RETURN NEXT;
+  END LOOP;
+END $$;
+-- fixed_window: the fallback store adds Redis's 3 of the window (2 pass),
+-- Redis then holds all 5 until the window ends at 60 s.
+SELECT * FROM pg_temp.counting('fixed_window');
+-- sliding_counter: likewise within the bucket; at 70 s the previous
+-- bucket's 5 still weigh 5 x 50/60.
+SELECT * FROM pg_temp.counting('sliding_counter');
+-- token_bucket (one unit per 12 s, 5 at most): Redis's 3 leave the bucket
+-- full again at 36 s; at 30 s the fallback store, starting from that,
+-- admits 4 more, as Redis would have (full again at 84 s); at 40 s Redis
+-- has them back, and admits 1 more, as one store would have (84 + 12 - 40
+-- = 56 s ahead, within 60), then no more.
+SELECT * FROM pg_temp.counting('token_bucket');
+SELECT count(*) AS waiting FROM rl_fallback_carry;
+-- sent twice: a counting algorithm's admissions are recorded once too
+SELECT pg_temp.down(), pg_temp.at(500);
+SELECT allowed, remaining, store FROM rl_attempt('fwd', 5, '1 minute', algorithm => 'fixed_window');
+SELECT pg_temp.up(), pg_temp.at(501);
+BEGIN;
+SELECT allowed, remaining, store FROM rl_attempt('fwd', 5, '1 minute', algorithm => 'fixed_window');
+ROLLBACK;
+SELECT count(*) AS waiting FROM rl_fallback_carry;
+SELECT allowed, remaining, store FROM rl_attempt('fwd', 5, '1 minute', algorithm => 'fixed_window');
+SELECT count(*) AS waiting FROM rl_fallback_carry;
+
 RESET slidewin.test_now;
 SELECT pg_temp.up();
-SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd']) k;
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd', 'fixed_window', 'sliding_counter', 'token_bucket', 'fwd']) k;

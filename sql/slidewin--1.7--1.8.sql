@@ -2,17 +2,21 @@
 \echo Use "ALTER EXTENSION slidewin UPDATE TO '1.8'" to load this file. \quit
 
 -- ---------------------------------------------------------------------
--- The fallback store's sliding-log admissions that Redis has not learned
--- of yet: one row per admission, written with it, and deleted once the
--- admission has been carried into the key's Redis log (with its age) when
--- Redis answers again. Rows whose window has ended are never sent.
+-- The fallback store's admissions (rl_attempt's algorithms) that Redis has
+-- not learned of yet: one row per admission, written with it, and deleted
+-- once the admission has been carried into the key's Redis structure (with
+-- its age) when Redis answers again. Rows whose window has ended are never
+-- sent.
 -- ---------------------------------------------------------------------
 CREATE UNLOGGED TABLE rl_fallback_carry (
     key     text COLLATE "C" NOT NULL,   -- key_prefix || key
     plen    integer NOT NULL,            -- length of key_prefix in key
+    algo    smallint NOT NULL,           -- the algorithm (its number in the library)
     ts      bigint NOT NULL,             -- admission time, Unix microseconds
     cost    bigint NOT NULL,             -- its units
-    expires bigint NOT NULL              -- ts + the window it was admitted under
+    lim     bigint NOT NULL,             -- the limit it was admitted under
+    win     bigint NOT NULL,             -- and the window, microseconds
+    expires bigint NOT NULL              -- until when it counts (then it is not sent)
 );
 CREATE INDEX rl_fallback_carry_key_ts ON rl_fallback_carry (key, ts);
 CREATE INDEX rl_fallback_carry_expires ON rl_fallback_carry (expires);

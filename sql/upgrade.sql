@@ -109,7 +109,8 @@ SELECT has_function_privilege('public', 'rl_block(text,interval)', 'EXECUTE') AS
 -- 1.8: the fallback store's admissions waiting for Redis, in a table no
 -- role but the owner may read, and rl_stats's last columns counting them.
 SELECT has_table_privilege('public', 'rl_fallback_carry', 'SELECT') AS public_may_read_carry,
-       (SELECT count(*) FROM rl_fallback_carry) AS carry_rows;
+       (SELECT string_agg(attname, ', ' ORDER BY attnum) FROM pg_attribute
+         WHERE attrelid = 'rl_fallback_carry'::regclass AND attnum > 0) AS carry_columns;
 SELECT outage_seeded_units >= 0 AND outage_carry_pending >= 0 AS outage_columns
   FROM rl_stats;
 

@@ -1552,7 +1552,17 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 	double		na = 0,
 				nb = 0;
 	int64		expires = 0;
+	int64		carry_until = now + win;
+	OutageSeed	seed;
+	bool		live;
 
+	/*
+	 * What Redis last counted for the key (outage.c) is added to this
+	 * store's own state for the decision, never written into it: as if
+	 * Redis's units had all come when this server last asked, the latest
+	 * they could have (see doc/failure-modes.md).
+	 */
+	live = outage_seed(args, &seed) && seed.frees_at > now;
 	state_read(s, algo, now, &r);
 	o->store = "fallback";
 	o->known = true;
@@ -1563,8 +1573,11 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 	if (args->algorithm == ALGO_FIXED_WINDOW)
 	{
 		int64		reset = start + win;
-		int64		n = (r.found && r.s == start) ? (int64) r.a : 0;
+		int64		own = (r.found && r.s == start) ? (int64) r.a : 0;
+		int64		n = own;
 
+		if (live && seed.seen_at - floor_mod(seed.seen_at, win) == start)
+			n += seed.units;
 		o->allowed = (n + cost <= lim);
 		write = !peek && (o->allowed || args->force);
 		o->remaining = Max(lim - n - (write ? cost : 0), 0);
@@ -1572,13 +1585,16 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 		o->retry_us = o->allowed ? 0 : reset - now;
 		o->reset_at_us = (o->used > 0) ? reset : now;
 		ns = start;
-		na = (double) (n + cost);
+		na = (double) (own + cost);
 		expires = reset;
+		carry_until = reset;
 	}
 	else if (args->algorithm == ALGO_SLIDING_COUNTER)
 	{
 		double		c = 0,
 					p = 0,
+					own_c,
+					own_p,
 					est;
 		int64		e;
 
@@ -1590,6 +1606,17 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 				p = r.a;
 			else if (r.s > start)
 				start = r.s, c = r.a, p = r.b;
+		}
+		own_c = c;
+		own_p = p;
+		if (live)
+		{
+			int64		sb = seed.seen_at - floor_mod(seed.seen_at, win);
+
+			if (sb == start)
+				c += seed.units;
+			else if (sb == start - win)
+				p += seed.units;
 		}
 		e = Max(now - start, 0);
 		est = p * (double) (win - e) / (double) win + c;
@@ -1623,14 +1650,16 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 		o->used = (int64) ceil(est);
 		o->reset_at_us = c > 0 ? start + 2 * win : p > 0 ? start + win : now;
 		ns = start;
-		na = c;
-		nb = p;
+		na = own_c + (write ? cost : 0);
+		nb = own_p;
 		expires = start + 2 * win;
+		carry_until = expires;
 	}
 	else						/* ALGO_TOKEN_BUCKET */
 	{
 		double		t = (double) win / (double) lim;
-		double		tat = r.found ? Max(r.a, (double) now) : (double) now;
+		double		own = r.found ? Max(r.a, (double) now) : (double) now;
+		double		tat = own + (live ? (double) (seed.frees_at - now) : 0);
 		double		nt = tat + cost * t;
 
 		o->allowed = (nt - now <= win + 1e-3);
@@ -1644,11 +1673,22 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 			o->retry_us = Max((int64) ceil(nt - win - now - 1e-3), 1);
 		}
 		o->reset_at_us = (int64) ceil(write ? nt : tat);
-		na = nt;
-		expires = (int64) ceil(nt);
+		na = own + cost * t;
+		expires = (int64) ceil(na);
+		/*
+		 * Carried with how far the tat then stood, Redis's debt included
+		 * (lua_counter_import): Redis's own debt may have run out by the
+		 * time it is carried, and the admissions stacked on it.
+		 */
+		carry_until = (int64) ceil(nt);
 	}
 	if (write)
+	{
 		state_write(s, algo, &r, ns, na, nb, expires);
+		/* Redis must learn of it once it answers again (outage.c) */
+		if (o->allowed || args->force)
+			fallback_carry_add(args, now, cost, carry_until);
+	}
 }
 
 static void

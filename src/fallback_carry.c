@@ -56,10 +56,13 @@
 
 #define CA_ATT_KEY 1
 #define CA_ATT_PLEN 2
-#define CA_ATT_TS 3
-#define CA_ATT_COST 4
-#define CA_ATT_EXPIRES 5
-#define CA_NATTS 5
+#define CA_ATT_ALGO 3
+#define CA_ATT_TS 4
+#define CA_ATT_COST 5
+#define CA_ATT_LIM 6
+#define CA_ATT_WIN 7
+#define CA_ATT_EXPIRES 8
+#define CA_NATTS 8
 
 /* Ended rows one collection deletes, and rows of other prefixes it steps over. */
 #define CARRY_SWEEP 32
@@ -151,6 +154,14 @@ slot_int8(TupleTableSlot *slot, int attno)
 	return DatumGetInt64(slot_getattr(slot, attno, &isnull));
 }
 
+static int16
+slot_algo(TupleTableSlot *slot)
+{
+	bool		isnull;
+
+	return DatumGetInt16(slot_getattr(slot, CA_ATT_ALGO, &isnull));
+}
+
 /* Delete a row unless another transaction is deleting it; never waits. */
 static void
 try_delete(CarryRel *c, ItemPointer tid)
@@ -203,6 +214,26 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 	if (!slidewin_outage_exact || !lookup_oids())
 		return;
 	carry_open(&c, RowExclusiveLock);
+
+	/*
+	 * A row's time names it in Redis, so it must be the only one of its key
+	 * and algorithm: the logs' times are (each admission is 1 us after the
+	 * key's newest at least); a counting algorithm's admissions are written
+	 * under the key's lock, and one in the same microsecond as the key's
+	 * newest row (a frozen test clock) is moved 1 us later.
+	 */
+	if (args->algorithm != ALGO_SLIDING_LOG)
+	{
+		IndexScanDesc scan = scan_key(&c, fallback_stored_key(args), -1);
+
+		while (index_getnext_slot(scan, BackwardScanDirection, c.slot))
+			if (slot_algo(c.slot) == (int16) args->algorithm)
+			{
+				ts = Max(ts, slot_int8(c.slot, CA_ATT_TS) + 1);
+				break;
+			}
+		index_endscan(scan);
+	}
 	if (key_info == NULL)
 	{
 		old = MemoryContextSwitchTo(TopMemoryContext);
@@ -212,8 +243,11 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 	}
 	values[CA_ATT_KEY - 1] = PointerGetDatum(fallback_stored_key(args));
 	values[CA_ATT_PLEN - 1] = Int32GetDatum(slidewin_key_prefix ? (int32) strlen(slidewin_key_prefix) : 0);
+	values[CA_ATT_ALGO - 1] = Int16GetDatum((int16) args->algorithm);
 	values[CA_ATT_TS - 1] = Int64GetDatum(ts);
 	values[CA_ATT_COST - 1] = Int64GetDatum(cost);
+	values[CA_ATT_LIM - 1] = Int64GetDatum(args->lim);
+	values[CA_ATT_WIN - 1] = Int64GetDatum(args->win_us);
 	values[CA_ATT_EXPIRES - 1] = Int64GetDatum(expires);
 	tup = heap_form_tuple(RelationGetDescr(c.rel), values, nulls);
 	simple_heap_insert(c.rel, tup);
@@ -241,7 +275,8 @@ fallback_carry_forget(const RlArgs *args, int64 ts)
 	carry_open(&c, RowExclusiveLock);
 	scan = scan_key(&c, fallback_stored_key(args), ts);
 	while (index_getnext_slot(scan, ForwardScanDirection, c.slot))
-		try_delete(&c, &c.slot->tts_tid);
+		if (ts < 0 || slot_algo(c.slot) == (int16) args->algorithm)
+			try_delete(&c, &c.slot->tts_tid);
 	index_endscan(scan);
 	carry_close(&c);
 }
@@ -257,9 +292,13 @@ origin(void)
 	return buf;
 }
 
-/* Collect the live rows of key (a stored key) into c; deletes ended ones. */
+/*
+ * Collect the live rows of key (a stored key) and algorithm into c;
+ * deletes ended ones. A row is named by this server, this database, its
+ * algorithm and its time (unique per key and algorithm here).
+ */
 static void
-collect_key(CarryRel *r, text *key, int64 now, int max, FallbackCarry *c)
+collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max, FallbackCarry *c)
 {
 	IndexScanDesc scan = scan_key(r, key, -1);
 	const char *from = origin();
@@ -268,6 +307,8 @@ collect_key(CarryRel *r, text *key, int64 now, int max, FallbackCarry *c)
 	{
 		int64		ts = slot_int8(r->slot, CA_ATT_TS);
 		int64		cost = slot_int8(r->slot, CA_ATT_COST);
+		int64		lim = slot_int8(r->slot, CA_ATT_LIM);
+		int64		win = slot_int8(r->slot, CA_ATT_WIN);
 		int64		expires = slot_int8(r->slot, CA_ATT_EXPIRES);
 
 		if (expires <= now)
@@ -275,9 +316,12 @@ collect_key(CarryRel *r, text *key, int64 now, int max, FallbackCarry *c)
 			try_delete(r, &r->slot->tts_tid);
 			continue;
 		}
-		appendStringInfo(&c->entries, "%s.%llx,%lld,%lld,%lld;", from,
+		if (slot_algo(r->slot) != algo)
+			continue;
+		appendStringInfo(&c->entries, "%s.%d.%llx,%lld,%lld,%lld,%lld,%lld;", from, (int) algo,
 						 (unsigned long long) ts, (long long) Max(now - ts, 0),
-						 (long long) cost, (long long) (expires - ts));
+						 (long long) cost, (long long) win, (long long) lim,
+						 (long long) (expires - ts));
 		c->tids[c->n++] = r->slot->tts_tid;
 	}
 	index_endscan(scan);
@@ -291,6 +335,7 @@ fallback_carry_collect(const RlArgs *args, int max, FallbackCarry *c)
 	const char *prefix = slidewin_key_prefix ? slidewin_key_prefix : "";
 	int			plen = strlen(prefix);
 	text	   *key = NULL;
+	int16		algo = 0;
 
 	if (!lookup_oids())
 		return false;
@@ -307,6 +352,7 @@ fallback_carry_collect(const RlArgs *args, int max, FallbackCarry *c)
 	{
 		key = fallback_stored_key(args);
 		c->args = *args;
+		algo = (int16) args->algorithm;
 	}
 	else
 	{
@@ -333,6 +379,7 @@ fallback_carry_collect(const RlArgs *args, int max, FallbackCarry *c)
 				memcmp(VARDATA_ANY(k), prefix, plen) == 0)
 			{
 				key = k;
+				algo = slot_algo(r.slot);
 				break;
 			}
 		}
@@ -344,13 +391,13 @@ fallback_carry_collect(const RlArgs *args, int max, FallbackCarry *c)
 			return false;
 		}
 		memset(&c->args, 0, sizeof(c->args));
-		c->args.algorithm = ALGO_SLIDING_LOG;
+		c->args.algorithm = (RlAlgorithm) algo;
 		c->args.keylen = VARSIZE_ANY_EXHDR(key) - plen;
 		c->args.key = pnstrdup(VARDATA_ANY(key) + plen, c->args.keylen);
 	}
 	initStringInfo(&c->entries);
 	c->tids = palloc(max * sizeof(ItemPointerData));
-	collect_key(&r, key, now, max, c);
+	collect_key(&r, key, algo, now, max, c);
 	CommandCounterIncrement();
 	carry_close(&r);
 	return c->n > 0;

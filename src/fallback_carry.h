@@ -16,7 +16,10 @@ extern void fallback_carry_init(void);
 /* Whether this database has the table (1.8 and later). */
 extern bool fallback_carry_available(void);
 
-/* A sliding-log admission of the fallback store (ts, cost, expires). */
+/*
+ * An admission of the fallback store (ts, cost) under args' rule, which
+ * counts until expires (then it is never sent).
+ */
 extern void fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires);
 
 /* Forget the key's row admitted at ts (-1: every row of the key). */
@@ -26,7 +29,7 @@ extern void fallback_carry_forget(const RlArgs *args, int64 ts);
 typedef struct FallbackCarry
 {
 	RlArgs		args;			/* the key (user key, under today's prefix) */
-	StringInfoData entries;		/* "id,age,cost,win;" each (lua_log_import) */
+	StringInfoData entries;		/* "id,age,cost,win,lim,reach;" each (lua_log_import) */
 	int			n;
 	ItemPointerData *tids;
 } FallbackCarry;

@@ -4,12 +4,12 @@
  *		Exactness across an outage: the fallback store starts from what
  *		Redis had counted, and Redis learns what the fallback store admitted.
  *
- * Into the outage. Every sliding-log answer Redis gives (attempt or peek)
- * is noted in a direct-mapped table in shared memory, slidewin.outage_keys
- * slots of a few words, one per key: the key (a 64-bit hash of the prefix
- * and the key) and window, when this server asked (on the fallback store's
- * clock), the units Redis counted in the window, and when the newest of
- * them leaves it, moved onto this server's clock. The fallback store
+ * Into the outage. Every answer Redis gives to a call of rl_attempt's
+ * algorithms (attempt or peek) is noted in a direct-mapped table in shared
+ * memory, slidewin.outage_keys slots of a few words, one per key: the key (a
+ * 64-bit hash of the prefix and the key) and rule, when this server asked
+ * (on the fallback store's clock), the units Redis counted in the window,
+ * and when the newest of them leaves it, moved onto this server's clock. The fallback store
  * (fallback.c) reads it for the key: it counts those units as spent until
  * then, as if all of them had been admitted with the newest (never fewer
  * than Redis had counted, and never freed sooner), and counts its own rows
@@ -19,12 +19,14 @@
  * answered on this server, falls back as before, counted in rl_stats.
  * Writers hold the slot's spinlock for a copy of a few words.
  *
- * Out of the outage. Every sliding-log admission of the fallback store is
- * also a row of rl_fallback_carry until Redis has it. Before Redis decides
- * a sliding-log call of a key, the call carries that key's rows into its
- * Redis log (lua_log_import), each with its age, not its time, so that
- * Redis's clock places it; and then, so that keys nobody calls again are not
- * left behind, the rows of one other key. The rows go in one script per key
+ * Out of the outage. Every admission of the fallback store (rl_attempt's
+ * algorithms) is also a row of rl_fallback_carry until Redis has it. Before
+ * Redis decides a call of a key, the call carries that key's rows into its
+ * Redis structure (lua_log_import, lua_counter_import), each with its age,
+ * not its time, so that Redis's clock places it; and after Redis has
+ * decided, so that keys nobody calls again are not left behind, the rows of
+ * one other key, whose failure leaves the call's answer as it is. A peek
+ * carries nothing (policy.c). The rows go in one script per key
  * and leave the table in the caller's transaction once Redis has answered.
  * Every row is named by the server, database and time that admitted it, and
  * Redis keeps the names it recorded for as long as their entries are in the
@@ -73,6 +75,8 @@ typedef struct OutageSlot
 {
 	slock_t		mutex;
 	uint64		keyhash;		/* of prefix and key; 0: empty */
+	int			algorithm;
+	int64		lim;
 	int64		win_us;
 	int64		seen_at;		/* fallback clock: when this server asked Redis */
 	int64		units;			/* units Redis counted in the window */
@@ -99,6 +103,31 @@ static int64 redis_offset_us = 0;
 /* The carry-back state of this backend (see the header comment). */
 static bool carry_maybe = true;
 static uint64 carry_epoch_seen = 0;
+
+/*
+ * Rows deleted by a carry in the current transaction: if it (or the
+ * subtransaction) aborts they come back, and must be looked for again.
+ */
+static bool carried_in_xact = false;
+
+static void
+outage_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		carry_maybe = carry_maybe || carried_in_xact;
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PREPARE)
+		carried_in_xact = false;
+}
+
+static void
+outage_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB && carried_in_xact)
+		carry_maybe = true;
+}
 
 static Size
 shared_size(void)
@@ -139,12 +168,21 @@ shmem_startup(void)
 void
 outage_init(void)
 {
+	RegisterXactCallback(outage_xact_callback, NULL);
+	RegisterSubXactCallback(outage_subxact_callback, NULL);
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = shmem_startup;
+}
+
+/* rl_attempt's algorithms; rl_attempt_multi's log is not covered. */
+static bool
+covered(const RlArgs *args)
+{
+	return args->algorithm != ALGO_MULTI_LOG;
 }
 
 static bool
@@ -178,8 +216,7 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 	OutageSlot *slot;
 	int64		frees_at;
 
-	if (!slidewin_outage_exact || args->algorithm != ALGO_SLIDING_LOG || !o->known ||
-		o->store[0] != 'r')
+	if (!slidewin_outage_exact || !covered(args) || !o->known || o->store[0] != 'r')
 		return;
 	if (o->recorded_ts >= 0)
 		redis_offset_us = o->recorded_ts - outage_clock();
@@ -190,6 +227,8 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 	frees_at = o->used > 0 ? o->reset_at_us - redis_offset_us : asked_at;
 	SpinLockAcquire(&slot->mutex);
 	slot->keyhash = kh;
+	slot->algorithm = (int) args->algorithm;
+	slot->lim = args->lim;
 	slot->win_us = args->win_us;
 	slot->seen_at = asked_at;
 	slot->units = o->used;
@@ -204,20 +243,25 @@ outage_seed(const RlArgs *args, OutageSeed *seed)
 	uint64		kh;
 	OutageSlot *slot;
 	OutageSlot	copy;
+	bool		matches;
 	bool		first_use;
 
 	memset(seed, 0, sizeof(*seed));
-	if (!slidewin_outage_exact || !seeds_active() || args->algorithm != ALGO_SLIDING_LOG)
+	if (!slidewin_outage_exact || !seeds_active() || !covered(args))
 		return false;
 	kh = outage_keyhash(args);
 	slot = &shared->slots[kh % slidewin_outage_keys];
 	SpinLockAcquire(&slot->mutex);
 	copy = *slot;
-	first_use = copy.keyhash == kh && copy.win_us == args->win_us && !copy.applied;
+	/* the same rule: a token bucket's state means nothing under another lim */
+	matches = copy.keyhash == kh && copy.algorithm == (int) args->algorithm &&
+		copy.win_us == args->win_us &&
+		(args->algorithm != ALGO_TOKEN_BUCKET || copy.lim == args->lim);
+	first_use = matches && !copy.applied;
 	if (first_use)
 		slot->applied = true;
 	SpinLockRelease(&slot->mutex);
-	if (copy.keyhash != kh || copy.win_us != args->win_us)
+	if (!matches)
 	{
 		stats_outage(STATS_OUTAGE_UNSEEDED_CALL, 1);
 		return false;
@@ -279,6 +323,7 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 		if (!redis_store_import(&c.args, c.entries.data, c.n, &recorded, r))
 			return false;
 		fallback_carry_done(&c);
+		carried_in_xact = true;
 		stats_outage(STATS_OUTAGE_CARRIED, recorded);
 		if (c.n < CARRY_BATCH)
 			return true;
@@ -287,36 +332,66 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 	}
 }
 
-bool
-outage_carry(const RlArgs *args, RedisResult *r)
+/* Whether this backend should look for rows to carry (see the header). */
+static bool
+carry_wanted(uint64 *epoch)
 {
-	uint64		epoch = 0;
-	bool		mine;
-	bool		other;
-
-	if (!slidewin_outage_exact || args->algorithm != ALGO_SLIDING_LOG)
-		return true;
+	*epoch = 0;
+	if (!slidewin_outage_exact)
+		return false;
 	if (shared != NULL)
 	{
-		epoch = pg_atomic_read_u64(&shared->epoch);
-		if (epoch != carry_epoch_seen)
+		*epoch = pg_atomic_read_u64(&shared->epoch);
+		if (*epoch != carry_epoch_seen)
 			carry_maybe = true;
 	}
 	if (!carry_maybe)
-		return true;
+		return false;
 	/* A standby's fallback store is empty, and could not be written. */
 	if (RecoveryInProgress() || !fallback_carry_available())
 	{
 		carry_maybe = false;
-		carry_epoch_seen = epoch;
-		return true;
-	}
-	if (!carry_one(args, &mine, r) || !carry_one(NULL, &other, r))
+		carry_epoch_seen = *epoch;
 		return false;
-	if (!mine && !other)
+	}
+	return true;
+}
+
+bool
+outage_carry(const RlArgs *args, RedisResult *r)
+{
+	uint64		epoch;
+	bool		found;
+
+	if (!covered(args) || !carry_wanted(&epoch))
+		return true;
+	return carry_one(args, &found, r);
+}
+
+void
+outage_carry_other(void)
+{
+	uint64		epoch;
+	bool		found;
+	RedisResult r;
+
+	if (!carry_wanted(&epoch))
+		return;
+
+	/*
+	 * Another key's rows may live on another Redis Cluster node, which may
+	 * be the one that cannot answer: this call's answer stands, and the
+	 * rows wait for a later call.
+	 */
+	if (!carry_one(NULL, &found, &r))
+	{
+		if (r.reply)
+			freeReplyObject(r.reply);
+		return;
+	}
+	if (!found)
 	{
 		carry_maybe = false;
 		carry_epoch_seen = epoch;
 	}
-	return true;
 }

@@ -49,9 +49,15 @@ extern void outage_fallback_wrote(void);
 
 /*
  * Before Redis decides a call: carry the fallback store's admissions of the
- * key (and of one other key) into Redis. False when Redis could not answer
- * (r filled in); the call then follows its policy.
+ * key into Redis. False when Redis could not answer (r filled in); the call
+ * then follows its policy.
  */
 extern bool outage_carry(const RlArgs *args, RedisResult *r);
+
+/*
+ * After Redis decided a call: carry the admissions of one other key, so
+ * that keys nobody calls again are not left behind. Never fails the call.
+ */
+extern void outage_carry_other(void);
 
 #endif

@@ -25,6 +25,7 @@
 #include "outage.h"
 #include "policy.h"
 #include "stats.h"
+#include "store_redis.h"
 
 const struct config_enum_entry policy_options[] = {
 	{"fallback", POLICY_FALLBACK, false},
@@ -179,15 +180,21 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 	if (policy_redis_may_be_tried(&r))
 	{
 		int64		asked_at = outage_clock();
+		bool		decides = (redis_op == redis_store_attempt);
 
 		/*
 		 * The fallback store's admissions of the key reach Redis before
-		 * Redis decides (outage.c); what Redis then counted is kept for
-		 * the fallback store, should the next call need it.
+		 * Redis decides (outage.c); a peek decides nothing and only reads,
+		 * so that it is answered even by a Redis that refuses writes. What
+		 * Redis then counted is kept for the fallback store, should the
+		 * next call need it, and the admissions of one other key follow,
+		 * whatever becomes of them.
 		 */
-		if (outage_carry(args, &r) && redis_op(args, o, &r))
+		if ((!decides || outage_carry(args, &r)) && redis_op(args, o, &r))
 		{
 			outage_remember(args, asked_at, o);
+			if (decides)
+				outage_carry_other();
 			after_redis_success();
 			return;
 		}

@@ -523,11 +523,12 @@ static const char lua_log_multi[] = LUA_PRELUDE
  * Carrying the fallback store's admissions back (outage.c): KEYS[1] log,
  * KEYS[2] ledger, KEYS[3] block, KEYS[4] the log's imports; ARGV now (us,
  * or ''), 'k' under Redis Cluster (keep the ledger and the block key), and
- * the entries, "id,age,cost,win;" each: a name no other admission anywhere
- * has (the server, database and row that admitted it), how long ago it was
- * admitted (us, on the clock of the server that admitted it, so that no
- * clock but Redis's places it), its units, and the window it was admitted
- * under. Each entry still inside its window at Redis's now - age and not
+ * the entries, "id,age,cost,win,lim,reach;" each: a name no other
+ * admission anywhere has (the server, database, algorithm and time that
+ * admitted it), how long ago it was admitted (us, on the clock of the
+ * server that admitted it, so that no clock but Redis's places it), its
+ * units, the window and limit it was admitted under, and how long after
+ * its time it still counts (see lua_counter_import). Each entry still inside its window at Redis's now - age and not
  * imported before is recorded at that score (or the next free microsecond
  * after it, which can only make it expire later), and every newer entry's
  * running total moves up by its cost, newest first, so that no moved total
@@ -544,7 +545,7 @@ static const char lua_log_import[] = LUA_PRELUDE
 "if ARGV[2] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n"
 "local now = clock(ARGV[1])\n"
 "local done, dup, old, until_ = 0, 0, 0, 0\n"
-"for id, age, cost, win in string.gmatch(ARGV[3], '([^,;]+),(%d+),(%d+),(%d+);') do\n"
+"for id, age, cost, win in string.gmatch(ARGV[3], '([^,;]+),(%d+),(%d+),(%d+),%d+,%d+;') do\n"
 "  local s = now - tonumber(age)\n"
 "  cost, win = tonumber(cost), tonumber(win)\n"
 "  if s <= now - win then old = old + 1\n"
@@ -572,6 +573,84 @@ static const char lua_log_import[] = LUA_PRELUDE
 "    local t = redis.call('PTTL', k)\n"
 "    if t == -2 and k == lk and keep then redis.call('ZADD', lk, '-inf', '0'); t = 0 end\n"
 "    if t >= 0 and t < ttl then redis.call('PEXPIRE', k, fmt(ttl)) end\n"
+"  end\n"
+"  keep_block(fmt(ttl))\n"
+"end\n"
+"return {done, dup, old}\n";
+
+/*
+ * The counting algorithms' admissions carried back (outage.c): KEYS[1] the
+ * algorithm's state, KEYS[2] block, KEYS[3] its imports; ARGV now (us, or
+ * ''), 'k' under Redis Cluster (keep the block key), the algorithm ('fw',
+ * 'sc' or 'tb') and the entries as for lua_log_import. Each entry not
+ * recorded before is added to the state as the algorithm would have counted
+ * it, had Redis decided it at its time (now - age):
+ *   fixed_window:    its units count if it fell in the current window;
+ *   sliding_counter: in the current bucket, or in the previous one;
+ *   token_bucket:    its reach is how far the fallback store's own tat
+ *                    stood ahead of it once it was admitted (the
+ *                    admissions before it included), so what the fallback
+ *                    store's admissions still owe the bucket is the
+ *                    largest s + reach - now among the new ones; that is
+ *                    added to the tat: more than GCRA would hold had one
+ *                    store decided them all, never less.
+ * An entry that no longer counts is "outside its window". Returns as
+ * lua_log_import.
+ */
+static const char lua_counter_import[] = LUA_PRELUDE
+"local key, ik = KEYS[1], KEYS[3]\n"
+"if ARGV[2] == 'k' then bkeep = KEYS[2] end\n"
+"local now, algo = clock(ARGV[1]), ARGV[3]\n"
+"local done, dup, old, until_, debt = 0, 0, 0, 0, 0\n"
+"for id, age, cost, win, reach in string.gmatch(ARGV[4], '([^,;]+),(%d+),(%d+),(%d+),%d+,(%d+);') do\n"
+"  local s = now - tonumber(age)\n"
+"  cost, win, reach = tonumber(cost), tonumber(win), tonumber(reach)\n"
+"  local start = now - (now % win)\n"
+"  local counts, exp = false, 0\n"
+"  if algo == 'fw' then counts, exp = s >= start, start + win\n"
+"  elseif algo == 'sc' then counts, exp = s >= start - win, start + 2 * win\n"
+"  else counts, exp = s + reach > now, s + reach end\n"
+"  if not counts then old = old + 1\n"
+"  elseif redis.call('ZSCORE', ik, id) then dup = dup + 1\n"
+"  else\n"
+"    if algo == 'fw' then\n"
+"      local v = redis.call('HMGET', key, 's', 'n')\n"
+"      local n = 0\n"
+"      if v[1] and tonumber(v[1]) == start then n = tonumber(v[2]) end\n"
+"      redis.call('HSET', key, 's', fmt(start), 'n', fmt(n + cost))\n"
+"    elseif algo == 'sc' then\n"
+"      local v = redis.call('HMGET', key, 's', 'c', 'p')\n"
+"      local st, c, p = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0\n"
+"      if not st then c, p = 0, 0\n"
+"      elseif st == start - win then p, c = c, 0\n"
+"      elseif st < start - win then p, c = 0, 0\n"
+"      elseif st > start then start = st end\n"
+"      if s >= start then c = c + cost else p = p + cost end\n"
+"      redis.call('HSET', key, 's', fmt(start), 'c', fmt(c), 'p', fmt(p))\n"
+"      exp = start + 2 * win\n"
+"    elseif s + reach - now > debt then debt = s + reach - now end\n"
+"    -- kept while a copy sent again could still count\n"
+"    local keep_id = s + win\n"
+"    if algo == 'sc' then keep_id = s + 2 * win elseif algo == 'tb' then keep_id = s + reach end\n"
+"    redis.call('ZADD', ik, fmt(keep_id), id)\n"
+"    if exp > until_ then until_ = exp end\n"
+"    if keep_id > until_ then until_ = keep_id end\n"
+"    done = done + 1\n"
+"  end\n"
+"end\n"
+"if debt > 0 then\n"
+"  local tat = tonumber(redis.call('GET', key) or '0')\n"
+"  if tat < now then tat = now end\n"
+"  tat = tat + debt\n"
+"  redis.call('SET', key, string.format('%.17g', tat))\n"
+"  if tat > until_ then until_ = tat end\n"
+"end\n"
+"if done > 0 then\n"
+"  redis.call('ZREMRANGEBYSCORE', ik, '-inf', fmt(now))\n"
+"  local ttl = math.ceil((until_ - now) / 1000) + 1\n"
+"  for _, k in ipairs({key, ik}) do\n"
+"    local t = redis.call('PTTL', k)\n"
+"    if t == -1 or (t >= 0 and t < ttl) then redis.call('PEXPIRE', k, fmt(ttl)) end\n"
 "  end\n"
 "  keep_block(fmt(ttl))\n"
 "end\n"
@@ -695,6 +774,7 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_SEM_HOLDERS] = {lua_sem_holders},
 	[SCRIPT_BLOCK] = {lua_block},
 	[SCRIPT_LOG_IMPORT] = {lua_log_import},
+	[SCRIPT_COUNTER_IMPORT] = {lua_counter_import},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */

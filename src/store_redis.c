@@ -630,25 +630,44 @@ redis_store_import(const RlArgs *args, const char *entries, int n,
 	const char *k[4];
 	size_t		klens[4];
 	char		now[24];
-	const char *argv[3];
+	const char *argv[4];
+	int			nkeys;
+	int			nargs = 0;
 	long long	counts[3];
 	char		why[sizeof(r->message)];
+	char		itag[16];
+	const char *tag = algorithm_tags[args->algorithm];
 
-	Assert(args->algorithm == ALGO_SLIDING_LOG);
-	build_key(&keys[0], "log", args);
-	build_ledger_key(&keys[1], "log", args);
-	build_block_key(&keys[2], args);
-	build_key(&keys[3], "logi", args);
-	for (int i = 0; i < 4; i++)
+	Assert(args->algorithm != ALGO_MULTI_LOG);
+	/* the names of the admissions recorded: the structure's tag, then "i" */
+	snprintf(itag, sizeof(itag), "%si", tag);
+	build_key(&keys[0], tag, args);
+	if (args->algorithm == ALGO_SLIDING_LOG)
+	{
+		build_ledger_key(&keys[1], tag, args);
+		build_block_key(&keys[2], args);
+		build_key(&keys[3], itag, args);
+		nkeys = 4;
+	}
+	else
+	{
+		build_block_key(&keys[1], args);
+		build_key(&keys[2], itag, args);
+		nkeys = 3;
+	}
+	for (int i = 0; i < nkeys; i++)
 	{
 		k[i] = keys[i].data;
 		klens[i] = keys[i].len;
 	}
-	argv[0] = clock_arg(now, sizeof(now));
-	argv[1] = redis_target_is_cluster() ? "k" : "";
-	argv[2] = entries;
-	script_run(SCRIPT_LOG_IMPORT, 4, k, klens, 3, argv, r);
-	for (int i = 0; i < 4; i++)
+	argv[nargs++] = clock_arg(now, sizeof(now));
+	argv[nargs++] = redis_target_is_cluster() ? "k" : "";
+	if (args->algorithm != ALGO_SLIDING_LOG)
+		argv[nargs++] = tag;
+	argv[nargs++] = entries;
+	script_run(args->algorithm == ALGO_SLIDING_LOG ? SCRIPT_LOG_IMPORT : SCRIPT_COUNTER_IMPORT,
+			   nkeys, k, klens, nargs, argv, r);
+	for (int i = 0; i < nkeys; i++)
 		pfree(keys[i].data);
 	if (!settle(r))
 		return false;

@@ -150,10 +150,13 @@ RESET slidewin.error_style;
 \echo
 \echo '== 8. Redis goes away: the fallback store in PostgreSQL takes over, per the call site policy'
 \echo '(simulated by pointing this session at a closed port; only a superuser can do that)'
+\echo 'Bob may make 3 requests a minute. Redis admits his first; then Redis goes away.'
+SELECT allowed, remaining, store FROM rl_attempt('demo:api:bob', 3, '1 minute');
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 SET slidewin.redis_retry_interval = 0;
+\echo 'The fallback store starts from what Redis counted (kept in shared memory): 2 more pass, not 3.'
 SELECT n AS request, (r).allowed, (r).remaining, (r).store
-FROM (SELECT n, rl_attempt('demo:api:bob', 2, '1 minute') AS r
+FROM (SELECT n, rl_attempt('demo:api:bob', 3, '1 minute') AS r
       FROM generate_series(1, 3) AS n) AS calls;
 \echo 'Each call site may choose its own policy: fail open for a cheap call, closed for an expensive one.'
 SELECT 'cheap, fail open'   AS call_site, allowed, store FROM rl_attempt('demo:api:carol', 100, '1 minute', 1, 'allow')
@@ -168,9 +171,11 @@ SELECT allowed, remaining, store FROM rl_attempt('demo:api:dave', 5, '1 minute',
 ROLLBACK;
 SELECT allowed, remaining, store FROM rl_peek('demo:api:dave', 5, '1 minute');
 RESET slidewin.redis_url;
-\echo 'Redis is back: the next call uses it again, with no manual step. Redis did not see the'
-\echo 'fallback admissions: around one switch a window can hold up to 2 x lim (see README).'
-SELECT allowed, remaining, store FROM rl_attempt('demo:api:bob', 2, '1 minute');
+\echo 'Redis is back: the next call uses it again, with no manual step. Before Redis decides, the'
+\echo 'fallback admissions of the key are carried into it with their ages, so it denies Bob too:'
+\echo 'no minute holds more than 3 of his requests, across both switches.'
+SELECT allowed, remaining, store FROM rl_attempt('demo:api:bob', 3, '1 minute');
+SELECT count(*) AS waiting_to_be_carried FROM rl_fallback_carry WHERE key = 'slidewin:demo:api:bob';
 
 \echo
 \echo '== 9. Denials without a round trip: a client hammering an exhausted key'

@@ -271,19 +271,19 @@ my $stats_sql = q{SELECT outage_seeded_units, outage_carried, outage_carry_pendi
 	$redis->pause_ms(5000);
 	my $s1 = $node1->background_psql('postgres', on_error_stop => 0);
 	$s1->query_safe("SET slidewin.command_timeout = '20s'");
-	$s1->{stdin} .= "SELECT (rl_peek('carry', 1000, '1 minute')).store;\n";
+	$s1->{stdin} .= "SELECT (rl_attempt('carry', 1000, '1 minute')).store;\n";
 	$s1->{run}->pump_nb;
 	$node1->poll_query_until('postgres', q{
 		SELECT count(*) = 1 FROM pg_stat_activity
-		WHERE query LIKE '%rl_peek%' AND state = 'active' AND pid <> pg_backend_pid()})
+		WHERE query LIKE '%rl_attempt%' AND state = 'active' AND pid <> pg_backend_pid()})
 	  or die 'the carrying call did not start';
 	usleep(300_000);
 	$node1->safe_psql('postgres', q{
 		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE query LIKE '%rl_peek%' AND pid <> pg_backend_pid()});
+		WHERE query LIKE '%rl_attempt%' AND pid <> pg_backend_pid()});
 	$node1->poll_query_until('postgres', q{
 		SELECT count(*) = 0 FROM pg_stat_activity
-		WHERE query LIKE '%rl_peek%' AND pid <> pg_backend_pid()})
+		WHERE query LIKE '%rl_attempt%' AND pid <> pg_backend_pid()})
 	  or die 'the carrying backend did not exit';
 	eval { $s1->quit; };
 	$redis->cli('client', 'unpause');
@@ -294,8 +294,8 @@ my $stats_sql = q{SELECT outage_seeded_units, outage_carried, outage_carry_pendi
 	my $s2 = $node1->background_psql('postgres', on_error_stop => 0);
 	my $pid2 = $s2->query_safe('SELECT pg_backend_pid()');
 	$s2->query_safe('BEGIN');
-	is($s2->query_safe(q{SELECT (rl_peek('carry', 1000, '1 minute')).remaining}), 1000 - $n,
-		'(b) inside a transaction, Redis has all of them');
+	is($s2->query_safe(q{SELECT (rl_attempt('carry', 1000, '1 minute')).remaining}), 1000 - $n - 1,
+		'(b) inside a transaction, Redis has all of them, and the call');
 	$node1->safe_psql('postgres', "SELECT pg_terminate_backend($pid2)");
 	$node1->poll_query_until('postgres', qq{
 		SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid2})
@@ -304,14 +304,15 @@ my $stats_sql = q{SELECT outage_seeded_units, outage_carried, outage_carry_pendi
 	is($node1->safe_psql('postgres', q{SELECT count(*) FROM rl_fallback_carry WHERE key = 'slidewin:carry'}),
 		$n, '(b) terminated before its commit: the rows wait again');
 
-	# sent again: Redis records none twice, and has every one
-	is($node1->safe_psql('postgres', q{SELECT (rl_peek('carry', 1000, '1 minute')).remaining}), 1000 - $n,
-		"sent again: Redis counts $n units, each once");
+	# sent again: Redis records none twice, and has every one (and the two
+	# calls of (b) and now)
+	is($node1->safe_psql('postgres', q{SELECT (rl_attempt('carry', 1000, '1 minute')).remaining}), 1000 - $n - 2,
+		"sent again: Redis counts the $n units each once, and the two calls");
 	is($node1->safe_psql('postgres', q{SELECT count(*) FROM rl_fallback_carry WHERE key = 'slidewin:carry'}),
 		'0', 'and nothing waits');
 	my ($c1) = split /\|/, $node1->safe_psql('postgres', 'SELECT outage_carried FROM rl_stats');
 	is($c1 - $c0, $n, "rl_stats counts $n admissions carried back, each once");
-	is(scalar $redis->cli('zcard', 'slidewin:log:carry'), $n, "Redis's log holds $n entries");
+	is(scalar $redis->cli('zcard', 'slidewin:log:carry'), $n + 2, "Redis's log holds " . ($n + 2) . ' entries');
 	ok($url ne '', 'the node still points at Redis');
 }
 
