@@ -1558,9 +1558,10 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 
 	/*
 	 * What Redis last counted for the key (outage.c) is added to this
-	 * store's own state for the decision, never written into it: as if
-	 * Redis's units had all come when this server last asked, the latest
-	 * they could have (see doc/failure-modes.md).
+	 * store's own state for the decision, and not written into it (the
+	 * token bucket's, a maximum, may be): as if Redis's units had all come
+	 * when this server last asked, the latest they could have (see
+	 * doc/failure-modes.md).
 	 */
 	live = outage_seed(args, &seed) && seed.frees_at > now;
 	state_read(s, algo, now, &r);
@@ -1658,9 +1659,17 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 	else						/* ALGO_TOKEN_BUCKET */
 	{
 		double		t = (double) win / (double) lim;
-		double		own = r.found ? Max(r.a, (double) now) : (double) now;
-		double		tat = own + (live ? (double) (seed.frees_at - now) : 0);
-		double		nt = tat + cost * t;
+		/*
+		 * This store's bucket stands where Redis's stood, if that is
+		 * later: a maximum, so taking it again at every call, and writing
+		 * what was built on it, never counts Redis's units twice.
+		 */
+		double		tat = r.found ? Max(r.a, (double) now) : (double) now;
+		double		nt;
+
+		if (live)
+			tat = Max(tat, (double) seed.frees_at);
+		nt = tat + cost * t;
 
 		o->allowed = (nt - now <= win + 1e-3);
 		write = !peek && (o->allowed || args->force);
@@ -1673,14 +1682,10 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 			o->retry_us = Max((int64) ceil(nt - win - now - 1e-3), 1);
 		}
 		o->reset_at_us = (int64) ceil(write ? nt : tat);
-		na = own + cost * t;
+		na = nt;
 		expires = (int64) ceil(na);
-		/*
-		 * Carried with how far the tat then stood, Redis's debt included
-		 * (lua_counter_import): Redis's own debt may have run out by the
-		 * time it is carried, and the admissions stacked on it.
-		 */
-		carry_until = (int64) ceil(nt);
+		/* carried with how far the tat then stood (lua_counter_import) */
+		carry_until = expires;
 	}
 	if (write)
 	{

@@ -16,6 +16,11 @@
 #     once both servers have had a Redis answer (each carries its
 #     admissions back before its first), no admission while the union of
 #     both servers' admissions in the window is lim.
+#  5. the counting algorithms, frozen and thawed, 15 keys (5 each): each
+#     keeps its own bound across both switches, checked on every admission
+#     from either store: fixed_window and sliding_counter at most lim in
+#     each window (bucket), token_bucket conforming to one GCRA over the
+#     admissions of both stores.
 #  4. a backend terminated in the middle of carrying admissions back (its
 #     script held up by CLIENT PAUSE, or its transaction not yet committed
 #     after Redis recorded them): every admission reaches Redis once, none
@@ -248,6 +253,86 @@ my $stats_sql = q{SELECT outage_seeded_units, outage_carried, outage_carry_pendi
 	($max, $k, $t) = fullest(\@rows, sub { 1 }, $both);
 	cmp_ok($max, '<=', $lim, sprintf('two servers: once both had a Redis answer, no admission while the union held lim (fullest window ending later: %d, at +%.2f s)',
 		$max, $t - $t0));
+}
+
+# ---------------------------------------------------------------------
+# 5. The counting algorithms, frozen and thawed.
+# ---------------------------------------------------------------------
+{
+	my $cscript = "$dir/counting.sql";
+	open(my $cf, '>', $cscript) or die "cannot write $cscript: $!";
+	print $cf <<"EOS";
+\\set r random(0, 14)
+\\set c random(1, 2)
+INSERT INTO calls (run, k, cost, allowed, store, at, ts)
+SELECT 5, s.a || ':' || :r, :c, r.allowed, r.store, clock_timestamp(), r.reset_at
+FROM (SELECT (ARRAY['fixed_window', 'sliding_counter', 'token_bucket'])[1 + :r % 3] AS a) s,
+     rl_attempt('run5:' || s.a || ':' || :r, $lim, interval '$win_s seconds', :c, algorithm => s.a) r;
+EOS
+	close $cf;
+	# An outage longer than the window, so that it holds a boundary of the
+	# aligned windows (and buckets): a key Redis filled before the outage
+	# gets fallback admissions after the boundary, which Redis then learns.
+	my $t0 = time;
+	my ($out, $err) = ('', '');
+	my @cmd = ('pgbench', '-n', '-c', 8, '-j', 2, '-T', $duration + 2, '-f', $cscript,
+		'-h', $node1->host, '-p', $node1->port, 'postgres');
+	my $h = IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err);
+	my $down = sleep_until($t0, $down_at);
+	$redis->freeze;
+	my $up = sleep_until($t0, $down_at + $win_s + 0.5);
+	$redis->thaw;
+	bench_done({ h => $h, out => \$out, err => \$err, name => $node1->name }, 'counting');
+
+	my $win_us = $win_s * 1_000_000;
+	my %by;
+	for my $line (split /\n/, $node1->safe_psql('postgres', q{
+		SELECT k, cost, store, (extract(epoch FROM at) * 1e6)::bigint,
+		       (extract(epoch FROM ts) * 1e6)::bigint
+		FROM calls WHERE run = 5 AND allowed ORDER BY at}))
+	{
+		my ($k, $c, $st, $at, $reset) = split /\|/, $line;
+		push @{ $by{$k} }, [ $c, $st, $at, $reset ];
+	}
+	my %fb;
+	for my $k (keys %by) { $fb{ (split /:/, $k)[0] } += grep { $_->[1] eq 'fallback' } @{ $by{$k} } }
+	for my $a (qw(fixed_window sliding_counter token_bucket))
+	{
+		cmp_ok($fb{$a} // 0, '>', 0, "counting, $a: the fallback store admitted (" . ($fb{$a} // 0) . ')');
+	}
+
+	# fixed_window: an admission's reset_at is its window's end;
+	# sliding_counter: its bucket's start plus 2 windows.
+	for my $a (qw(fixed_window sliding_counter))
+	{
+		my ($max, $mk) = (0, '');
+		for my $k (grep { /^$a:/ } keys %by)
+		{
+			my %sum;
+			$sum{ $_->[3] } += $_->[0] for @{ $by{$k} };
+			for (values %sum) { ($max, $mk) = ($_, $k) if $_ > $max }
+		}
+		cmp_ok($max, '<=', $lim, "counting, $a: at most lim in every window across both switches ($max, key $mk)");
+	}
+
+	# token_bucket: one GCRA over every admission, in the order the calls
+	# returned (a little after each was decided, which only ever lets more
+	# through): the theoretical arrival time may run at most win (and a
+	# rounding slack of 1 ms) ahead of an admission.
+	my ($ahead, $ak) = (-1e18, '');
+	my $t = $win_us / $lim;
+	for my $k (grep { /^token_bucket:/ } keys %by)
+	{
+		my $tat = 0;
+		for my $e (@{ $by{$k} })
+		{
+			$tat = $e->[2] if $tat < $e->[2];
+			$tat += $e->[0] * $t;
+			($ahead, $ak) = ($tat - $e->[2], $k) if $tat - $e->[2] > $ahead;
+		}
+	}
+	cmp_ok($ahead, '<=', $win_us + 1000, sprintf('counting, token_bucket: one bucket across both switches (the tat ran at most %.3f s ahead, key %s; window %d s)',
+		$ahead / 1e6, $ak, $win_s));
 }
 
 # ---------------------------------------------------------------------
