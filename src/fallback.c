@@ -1891,6 +1891,22 @@ fallback_reset(const RlArgs *args)
 }
 
 /*
+ * For outage.c: the lock a counting algorithm's admissions of the key are
+ * written under, until their commit; taken here until fallback_unlock_key.
+ */
+void
+fallback_lock_key(const RlArgs *args, LOCKTAG *tag)
+{
+	lock_key(stored_key(args), tag);
+}
+
+void
+fallback_unlock_key(LOCKTAG *tag)
+{
+	LockRelease(tag, ExclusiveLock, false);
+}
+
+/*
  * For the table of blocks (fallback_block.c): the key as this store keeps
  * it, its clock, and a relation of the extension that may be missing (the
  * table of blocks came with 1.7; a database not yet updated has none).

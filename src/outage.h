@@ -54,6 +54,9 @@ extern void outage_fallback_wrote(void);
  */
 extern bool outage_carry(const RlArgs *args, RedisResult *r);
 
+/* After Redis decided (or failed): what outage_carry held is let go. */
+extern void outage_carry_end(void);
+
 /*
  * After Redis decided a call: carry the admissions of one other key, so
  * that keys nobody calls again are not left behind. Never fails the call.

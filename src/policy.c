@@ -193,11 +193,13 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 		if ((!decides || outage_carry(args, &r)) && redis_op(args, o, &r))
 		{
 			outage_remember(args, asked_at, o);
+			outage_carry_end();
 			if (decides)
 				outage_carry_other();
 			after_redis_success();
 			return;
 		}
+		outage_carry_end();
 		policy_redis_failed(&r);
 	}
 

@@ -432,13 +432,16 @@ sub start_cluster
 		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
 	  or croak "cluster create failed: $out $err";
 	wait_for('the cluster to be ready', sub {
+		my %maps;
 		for my $n (@nodes)
 		{
 			return 0 unless $n->cli('cluster', 'info') =~ /cluster_state:ok/;
 			my $up = () = $n->cli('cluster', 'nodes') =~ / connected\b/g;
 			return 0 unless $up == @nodes;
+			# the slot map as this node tells it, in a canonical order
+			$maps{ join "\n", sort split /\n/, scalar $n->cli('cluster', 'slots') } = 1;
 		}
-		return 1;
+		return keys %maps == 1;
 	}, 60);
 	return {
 		nodes => \@nodes,

@@ -1,5 +1,6 @@
-# Exact across an outage (sliding log). Under 8 pgbench clients, half of the
-# calls on one hot key and half spread over 20 keys, lim 20 per 4 s window,
+# Exact across an outage, for every algorithm of rl_attempt. Under 8 pgbench
+# clients, half of the calls on one hot key and half spread over 20 keys,
+# lim 20 per 4 s window (sliding log unless said otherwise),
 # Redis goes away for 3 s, shorter than the window, so that windows hold
 # admissions from before, during and after the outage:
 #
@@ -16,15 +17,16 @@
 #     once both servers have had a Redis answer (each carries its
 #     admissions back before its first), no admission while the union of
 #     both servers' admissions in the window is lim.
-#  5. the counting algorithms, frozen and thawed, 15 keys (5 each): each
-#     keeps its own bound across both switches, checked on every admission
-#     from either store: fixed_window and sliding_counter at most lim in
-#     each window (bucket), token_bucket conforming to one GCRA over the
-#     admissions of both stores.
 #  4. a backend terminated in the middle of carrying admissions back (its
 #     script held up by CLIENT PAUSE, or its transaction not yet committed
 #     after Redis recorded them): every admission reaches Redis once, none
 #     is lost, none is counted twice.
+#  5. the counting algorithms, frozen for longer than the window (so that
+#     the outage holds a boundary), 15 keys (5 each): each
+#     keeps its own bound across both switches, checked on every admission
+#     from either store: fixed_window and sliding_counter at most lim in
+#     each window (bucket), token_bucket conforming to one GCRA over the
+#     admissions of both stores.
 #
 # No pgbench transaction fails in any of them.
 use strict;
@@ -315,10 +317,12 @@ EOS
 		cmp_ok($max, '<=', $lim, "counting, $a: at most lim in every window across both switches ($max, key $mk)");
 	}
 
-	# token_bucket: one GCRA over every admission, in the order the calls
-	# returned (a little after each was decided, which only ever lets more
-	# through): the theoretical arrival time may run at most win (and a
-	# rounding slack of 1 ms) ahead of an admission.
+	# token_bucket: one GCRA over every admission, at the times the calls
+	# returned: the theoretical arrival time may run at most win ahead of
+	# an admission. A call returns a little after it was decided, by a
+	# varying lateness (a bucket found empty restarts at the later call's
+	# return), so the check allows 50 ms; a store that forgot the other's
+	# admissions runs seconds ahead.
 	my ($ahead, $ak) = (-1e18, '');
 	my $t = $win_us / $lim;
 	for my $k (grep { /^token_bucket:/ } keys %by)
@@ -331,7 +335,7 @@ EOS
 			($ahead, $ak) = ($tat - $e->[2], $k) if $tat - $e->[2] > $ahead;
 		}
 	}
-	cmp_ok($ahead, '<=', $win_us + 1000, sprintf('counting, token_bucket: one bucket across both switches (the tat ran at most %.3f s ahead, key %s; window %d s)',
+	cmp_ok($ahead, '<=', $win_us + 50_000, sprintf('counting, token_bucket: one bucket across both switches (the tat ran at most %.3f s ahead, key %s; window %d s)',
 		$ahead / 1e6, $ak, $win_s));
 }
 

@@ -163,6 +163,14 @@ is($redis->cli('zcard', 'slidewin:log:cr:r'), '3', 'and no more than it admitted
 is(sql(q{SELECT allowed, remaining, store FROM rl_attempt('cr:new', 5, '1 hour')}),
 	't|4|redis', 'Redis admits a new key');
 
+# (1.8) The fallback admissions made since the crash are carried into
+# Redis by the next calls, one other key after each: then none waits, and
+# no call pays a round trip for them.
+sql(q{SELECT rl_attempt('cr:drain', 5, '1 hour')}) for 1 .. 2;
+is(sql(q{SELECT outage_carry_pending FROM rl_stats}), '0',
+	'the fallback admissions since the crash have been carried into Redis');
+is($redis->cli('zcard', 'slidewin:log:cr:fb'), '1', 'cr:fb: the one made since the crash, not the 5 the crash lost');
+
 ($out, $trips) = counted($five_denials);
 is($out, '5', 'cr:rf is still full');
 is($trips, 1, 'after the crash: 5 denials, one round trip (no refund in flight any more)');
