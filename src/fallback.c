@@ -1732,10 +1732,7 @@ counter_peek(const RlArgs *args, RlOutcome *o)
 void
 fallback_attempt(const RlArgs *args, RlOutcome *o)
 {
-	int64		block_us;
-
-	outage_fallback_barrier(args);
-	block_us = fallback_block_left(args);
+	int64		block_us = fallback_block_left(args);
 
 	if (block_us > 0 && !args->force)
 		fallback_peek_unblocked(args, o);
@@ -1891,6 +1888,22 @@ fallback_reset(const RlArgs *args)
 	fallback_carry_forget(args, -1);
 	outage_forget(args);
 	CommandCounterIncrement();
+}
+
+/*
+ * For outage.c: the lock a counting algorithm's admissions of the key are
+ * written under, until their commit; taken here until fallback_unlock_key.
+ */
+void
+fallback_lock_key(const RlArgs *args, LOCKTAG *tag)
+{
+	lock_key(stored_key(args), tag);
+}
+
+void
+fallback_unlock_key(LOCKTAG *tag)
+{
+	LockRelease(tag, ExclusiveLock, false);
 }
 
 /*

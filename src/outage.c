@@ -38,13 +38,6 @@
  * that find the rows first. The price: on a server where nothing calls
  * after an outage, nothing is carried until something does.
  *
- * A call that carries a key's admissions holds the key's barrier (a lock
- * of our own class) in ExclusiveLock from the carry to the end of Redis's
- * decision; each fallback admission holds it in ShareLock until it
- * commits. So no admission is committed between the carry and the
- * decision without being in it, and none is decided meanwhile without
- * Redis's answer (outage_carry).
- *
  * Whether this database may have rows to carry is known without a lookup:
  * a counter in shared memory moves on every fallback admission on the
  * server, and a backend looks at the table only when it has moved since it
@@ -64,12 +57,12 @@
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
-#include "storage/lock.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
+#include "fallback.h"
 #include "fallback_block.h"
 #include "fallback_carry.h"
 #include "outage.h"
@@ -118,17 +111,9 @@ static uint64 carry_epoch_seen = 0;
  */
 static bool carried_in_xact = false;
 
-/*
- * The barrier between a key's fallback admissions and a call that carries
- * them (see outage_carry): a lock on the key in a class of our own,
- * ShareLock for each fallback admission until its commit, ExclusiveLock for
- * a carrying call from its carry to the end of Redis's decision.
- */
-#define OUTAGE_LOCK_CLASS 0x534F
-static bool barrier_held = false;
-static LOCKTAG barrier_tag;
-/* This transaction made a fallback admission (holds a ShareLock). */
-static bool barrier_shared_in_xact = false;
+/* The key's fallback lock, held from the carry to the end of the decision. */
+static bool key_locked = false;
+static LOCKTAG key_lock;
 
 static void
 outage_xact_callback(XactEvent event, void *arg)
@@ -140,9 +125,7 @@ outage_xact_callback(XactEvent event, void *arg)
 		event == XACT_EVENT_PREPARE)
 	{
 		carried_in_xact = false;
-		/* a transaction's locks: gone with it */
-		barrier_held = false;
-		barrier_shared_in_xact = false;
+		key_locked = false;		/* a transaction's lock: gone with it */
 	}
 }
 
@@ -382,26 +365,6 @@ carry_wanted(uint64 *epoch)
 	return true;
 }
 
-static void
-barrier_tag_for(const RlArgs *args, LOCKTAG *tag)
-{
-	uint64		h = outage_keyhash(args);
-
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h, OUTAGE_LOCK_CLASS);
-}
-
-void
-outage_fallback_barrier(const RlArgs *args)
-{
-	LOCKTAG		tag;
-
-	if (!slidewin_outage_exact || !covered(args))
-		return;
-	barrier_tag_for(args, &tag);
-	(void) LockAcquire(&tag, ShareLock, false, false);
-	barrier_shared_in_xact = true;
-}
-
 bool
 outage_carry(const RlArgs *args, RedisResult *r)
 {
@@ -412,44 +375,20 @@ outage_carry(const RlArgs *args, RedisResult *r)
 		return true;
 
 	/*
-	 * Each fallback admission holds the key's barrier in ShareLock until it
-	 * commits (outage_fallback_barrier, before it reads anything). Taking
-	 * it in ExclusiveLock here waits for those in progress, whose rows are
-	 * then read and carried; and an admission that starts while Redis
-	 * decides waits for the decision, and then reads Redis's new count in
-	 * shared memory. Without it, an admission committed just after the
-	 * rows were read would be missing from Redis's decision, and one
-	 * decided meanwhile would not count it. Only while admissions may wait
-	 * to be carried, around an outage. A transaction that made a fallback
-	 * admission itself holds the ShareLock and does not ask (two such
-	 * carrying at once would deadlock): there the gap stays.
+	 * A counting algorithm's fallback admission is written under the key's
+	 * lock, held until its commit. Taking that lock here waits for one in
+	 * progress, whose row is then read and carried; and one that starts
+	 * while Redis decides waits for the decision, and then finds Redis's
+	 * new count in shared memory. Without it, an admission committed just
+	 * after the rows were read would be missing from that decision. Only
+	 * while admissions may wait to be carried, that is, around an outage.
+	 * (The logs' admissions claim the key's head instead; see
+	 * doc/failure-modes.md for the race they keep.)
 	 */
-	if (!barrier_shared_in_xact)
+	if (args->algorithm != ALGO_SLIDING_LOG)
 	{
-		barrier_tag_for(args, &barrier_tag);
-		if (LockAcquire(&barrier_tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
-		{
-			/*
-			 * Admissions are being made in the fallback store right now:
-			 * wait for them only if Redis is there to answer (connecting
-			 * first, when not connected), so that a call to a Redis still
-			 * down goes to its policy at once, as any other.
-			 */
-			if (!redis_target_is_cluster())
-			{
-				r->reply = NULL;
-				redis_sync(r);
-				if (r->reply)
-				{
-					freeReplyObject(r->reply);
-					r->reply = NULL;
-				}
-				if (r->status != RS_OK)
-					return false;
-			}
-			(void) LockAcquire(&barrier_tag, ExclusiveLock, false, false);
-		}
-		barrier_held = true;
+		fallback_lock_key(args, &key_lock);
+		key_locked = true;
 	}
 	return carry_one(args, &found, r);
 }
@@ -457,10 +396,10 @@ outage_carry(const RlArgs *args, RedisResult *r)
 void
 outage_carry_end(void)
 {
-	if (barrier_held)
+	if (key_locked)
 	{
-		barrier_held = false;
-		LockRelease(&barrier_tag, ExclusiveLock, false);
+		key_locked = false;
+		fallback_unlock_key(&key_lock);
 	}
 }
 

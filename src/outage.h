@@ -44,13 +44,6 @@ extern bool outage_seed(const RlArgs *args, OutageSeed *seed);
 /* rl_reset: what Redis had counted for the key no longer holds. */
 extern void outage_forget(const RlArgs *args);
 
-/*
- * Before a fallback admission of the key reads anything: wait for a call
- * that is carrying the key's admissions into Redis, and hold it off until
- * this transaction ends (see outage_carry).
- */
-extern void outage_fallback_barrier(const RlArgs *args);
-
 /* The fallback store wrote a row that Redis must learn of. */
 extern void outage_fallback_wrote(void);
 
