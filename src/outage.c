@@ -234,6 +234,23 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 	slot = &shared->slots[kh % slidewin_outage_keys];
 	frees_at = o->used > 0 ? o->reset_at_us - redis_offset_us : asked_at;
 	SpinLockAcquire(&slot->mutex);
+
+	/*
+	 * Answers of one key reach their backends, and this table, in any
+	 * order: one Redis gave later is never replaced by one it gave before.
+	 * Later means a newest entry (or window, or bucket) no earlier, and as
+	 * many units or more when that is the same; only a refund or a reset
+	 * moves either back (a reset forgets the slot; after a refund the older
+	 * answer is kept, an over-count).
+	 */
+	if (slot->keyhash == kh && slot->algorithm == (int) args->algorithm &&
+		slot->lim == args->lim && slot->win_us == args->win_us &&
+		(frees_at < slot->frees_at ||
+		 (frees_at == slot->frees_at && o->used < slot->units)))
+	{
+		SpinLockRelease(&slot->mutex);
+		return;
+	}
 	slot->keyhash = kh;
 	slot->algorithm = (int) args->algorithm;
 	slot->lim = args->lim;
