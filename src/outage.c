@@ -83,6 +83,7 @@ typedef struct OutageSlot
 	int64		units;			/* units Redis counted in the window */
 	int64		frees_at;		/* fallback clock: the newest of them leaves the window */
 	bool		applied;		/* a fallback call has counted them (for rl_stats) */
+	int64		inflight;		/* units of calls of the key sent to Redis, not yet noted */
 } OutageSlot;
 
 typedef struct OutageShared
@@ -101,6 +102,28 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
  */
 static int64 redis_offset_us = 0;
 
+/*
+ * This backend's call in flight (outage_asking): the slot it counted its
+ * units in, and how many. A call that Redis has answered but whose answer
+ * is not yet noted here may have been admitted: a fallback decision of
+ * another backend meanwhile counts its units as spent.
+ */
+static OutageSlot *inflight_slot = NULL;
+static int64 inflight_units = 0;
+
+static void
+inflight_end(void)
+{
+	if (inflight_slot)
+	{
+		SpinLockAcquire(&inflight_slot->mutex);
+		inflight_slot->inflight -= inflight_units;
+		SpinLockRelease(&inflight_slot->mutex);
+		inflight_slot = NULL;
+		inflight_units = 0;
+	}
+}
+
 /* The carry-back state of this backend (see the header comment). */
 static bool carry_maybe = true;
 static uint64 carry_epoch_seen = 0;
@@ -118,6 +141,8 @@ static LOCKTAG key_lock;
 static void
 outage_xact_callback(XactEvent event, void *arg)
 {
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		inflight_end();			/* a call that ERRORed in flight */
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
 		carry_maybe = carry_maybe || carried_in_xact;
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
@@ -218,6 +243,33 @@ outage_clock(void)
 }
 
 void
+outage_asking(const RlArgs *args)
+{
+	uint64		kh;
+	OutageSlot *slot;
+
+	inflight_end();
+	if (!slidewin_outage_exact || !seeds_active() || !covered(args))
+		return;
+	kh = outage_keyhash(args);
+	slot = &shared->slots[kh % slidewin_outage_keys];
+	SpinLockAcquire(&slot->mutex);
+	if (slot->keyhash == kh)
+	{
+		slot->inflight += args->cost;
+		inflight_slot = slot;
+		inflight_units = args->cost;
+	}
+	SpinLockRelease(&slot->mutex);
+}
+
+void
+outage_answered(void)
+{
+	inflight_end();
+}
+
+void
 outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 {
 	uint64		kh;
@@ -251,6 +303,8 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 		SpinLockRelease(&slot->mutex);
 		return;
 	}
+	if (slot->keyhash != kh)
+		slot->inflight = 0;		/* another key's calls no longer count here */
 	slot->keyhash = kh;
 	slot->algorithm = (int) args->algorithm;
 	slot->lim = args->lim;
@@ -295,7 +349,8 @@ outage_seed(const RlArgs *args, OutageSeed *seed)
 		stats_outage(STATS_OUTAGE_SEEDED_UNITS, copy.units);
 	seed->found = true;
 	seed->seen_at = copy.seen_at;
-	seed->units = copy.units;
+	/* calls of other backends in flight may have been admitted */
+	seed->units = copy.units + Max(copy.inflight, 0);
 	seed->frees_at = copy.frees_at;
 	return true;
 }

@@ -21,6 +21,14 @@ extern void outage_init(void);
 extern int64 outage_clock(void);
 
 /*
+ * A call of the key is about to be sent to Redis (outage_asking), and its
+ * answer, or its failure, is in (outage_answered): in between, a fallback
+ * decision of another backend counts its units as spent.
+ */
+extern void outage_asking(const RlArgs *args);
+extern void outage_answered(void);
+
+/*
  * Redis answered a call that was sent at asked_at (outage_clock): keep what
  * it counted for the key, for the fallback store. Sliding log only.
  */

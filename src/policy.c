@@ -190,15 +190,19 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 		 * next call need it, and the admissions of one other key follow,
 		 * whatever becomes of them.
 		 */
+		if (decides)
+			outage_asking(args);
 		if ((!decides || outage_carry(args, &r)) && redis_op(args, o, &r))
 		{
 			outage_remember(args, asked_at, o);
+			outage_answered();
 			outage_carry_end();
 			if (decides)
 				outage_carry_other();
 			after_redis_success();
 			return;
 		}
+		outage_answered();
 		outage_carry_end();
 		policy_redis_failed(&r);
 	}
