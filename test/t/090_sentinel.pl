@@ -134,7 +134,28 @@ sub under_load
 		  '-h', $node->host, '-p', $node->port, 'postgres' ],
 		'<', \undef, '>', \$bout, '2>', \$berr);
 	my $switched = $action->();
-	$h->finish;
+	# pgbench ends its clients at -T; a client still running 60 s later is
+	# a call that does not end: say what every backend is doing, end them,
+	# and fail, rather than wait for the harness's time limit.
+	my $deadline = time() + 60;
+	while ($h->pumpable && time() < $deadline)
+	{
+		$h->pump_nb;
+		usleep(50_000);
+	}
+	if ($h->pumpable)
+	{
+		fail("pgbench ended within 60 s of -T $secs");
+		diag($node->safe_psql('postgres', q{
+			SELECT pid, state, wait_event_type, wait_event, now() - query_start, query
+			FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()},
+			extra_params => [ '-P', 'format=aligned', '-P', 'tuples_only=off' ]));
+		$h->kill_kill;
+	}
+	else
+	{
+		$h->finish;
+	}
 	return ($bout, $berr, $switched);
 }
 
@@ -168,9 +189,16 @@ check_round('SENTINEL FAILOVER', $bout, $berr, $switched, 2 * 40);
 # and promote the replica; meanwhile calls go to the fallback store.
 $node->safe_psql('postgres', 'TRUNCATE adm');
 $node->safe_psql('postgres', q{SELECT rl_reset('s:hot')});
-wait_for('the old master to replicate',
-	sub { my $m = master_port_by($sentinels[0]); my ($r) = grep { $_->port != $m } ($master, $replica);
-		  $r->cli('info', 'replication') =~ /master_link_status:up/ });
+# The sentinels turn the old master into a replica of the new one only after
+# several of their INFO periods (about 10 s here, more on a loaded machine):
+# do at once what they would do.
+{
+	my $m = master_port_by($sentinels[0]);
+	my ($r) = grep { $_->port != $m } ($master, $replica);
+	$r->cli('replicaof', '127.0.0.1', $m);
+	wait_for('the old master to replicate',
+		sub { $r->cli('info', 'replication') =~ /master_link_status:up/ }, 60);
+}
 $old_port = master_port_by($sentinels[0]);
 my ($victim) = grep { $_->port == $old_port } ($master, $replica);
 ($bout, $berr, $switched) = under_load(12, sub {
