@@ -162,13 +162,16 @@ slot_algo(TupleTableSlot *slot)
 	return DatumGetInt16(slot_getattr(slot, CA_ATT_ALGO, &isnull));
 }
 
-/* Delete a row unless another transaction is deleting it; never waits. */
-static void
+/*
+ * Delete a row unless another transaction is deleting it; never waits.
+ * Whether this transaction deleted it.
+ */
+static bool
 try_delete(CarryRel *c, ItemPointer tid)
 {
 	TM_FailureData tmfd;
 
-	(void) slidewin_heap_delete(c->rel, tid, GetCurrentCommandId(true), false, &tmfd);
+	return slidewin_heap_delete(c->rel, tid, GetCurrentCommandId(true), false, &tmfd) == TM_Ok;
 }
 
 static IndexScanDesc
@@ -298,19 +301,30 @@ origin(void)
  * algorithm and its time (unique per key and algorithm here).
  */
 static void
-collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max, FallbackCarry *c)
+collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max,
+			const ItemPointerData *skip, int nskip, FallbackCarry *c)
 {
 	IndexScanDesc scan = scan_key(r, key, -1);
 	const char *from = origin();
 
 	while (c->n < max && index_getnext_slot(scan, ForwardScanDirection, r->slot))
 	{
-		int64		ts = slot_int8(r->slot, CA_ATT_TS);
-		int64		cost = slot_int8(r->slot, CA_ATT_COST);
-		int64		lim = slot_int8(r->slot, CA_ATT_LIM);
-		int64		win = slot_int8(r->slot, CA_ATT_WIN);
-		int64		expires = slot_int8(r->slot, CA_ATT_EXPIRES);
+		int64		ts,
+					cost,
+					lim,
+					win,
+					expires;
+		bool		skipped = false;
 
+		for (int i = 0; i < nskip && !skipped; i++)
+			skipped = ItemPointerEquals(&r->slot->tts_tid, (ItemPointer) &skip[i]);
+		if (skipped)
+			continue;
+		ts = slot_int8(r->slot, CA_ATT_TS);
+		cost = slot_int8(r->slot, CA_ATT_COST);
+		lim = slot_int8(r->slot, CA_ATT_LIM);
+		win = slot_int8(r->slot, CA_ATT_WIN);
+		expires = slot_int8(r->slot, CA_ATT_EXPIRES);
 		if (expires <= now)
 		{
 			try_delete(r, &r->slot->tts_tid);
@@ -328,7 +342,8 @@ collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max, FallbackCarr
 }
 
 bool
-fallback_carry_collect(const RlArgs *args, int max, FallbackCarry *c)
+fallback_carry_collect(const RlArgs *args, int max, const ItemPointerData *skip, int nskip,
+					   FallbackCarry *c)
 {
 	CarryRel	r;
 	int64		now;
@@ -397,24 +412,27 @@ fallback_carry_collect(const RlArgs *args, int max, FallbackCarry *c)
 	}
 	initStringInfo(&c->entries);
 	c->tids = palloc(max * sizeof(ItemPointerData));
-	collect_key(&r, key, algo, now, max, c);
+	collect_key(&r, key, algo, now, max, skip, nskip, c);
 	CommandCounterIncrement();
 	carry_close(&r);
 	return c->n > 0;
 }
 
-void
-fallback_carry_done(FallbackCarry *c)
+int
+fallback_carry_done(FallbackCarry *c, ItemPointerData *busy)
 {
 	CarryRel	r;
+	int			nbusy = 0;
 
 	if (!lookup_oids())
-		return;
+		return 0;
 	carry_open(&r, RowExclusiveLock);
 	for (int i = 0; i < c->n; i++)
-		try_delete(&r, &c->tids[i]);
+		if (!try_delete(&r, &c->tids[i]))
+			busy[nbusy++] = c->tids[i];
 	CommandCounterIncrement();
 	carry_close(&r);
+	return nbusy;
 }
 
 int64

@@ -36,13 +36,21 @@ typedef struct FallbackCarry
 
 /*
  * Up to max rows of args' key, or (args NULL) of the key with the row
- * that leaves its window first, among the keys under today's prefix. Rows
- * already out of their windows are deleted on the way. False: none.
+ * that leaves its window first, among the keys under today's prefix,
+ * leaving out the nskip rows of skip. Rows already out of their windows are
+ * deleted on the way. False: none.
  */
-extern bool fallback_carry_collect(const RlArgs *args, int max, FallbackCarry *c);
+extern bool fallback_carry_collect(const RlArgs *args, int max,
+								   const ItemPointerData *skip, int nskip,
+								   FallbackCarry *c);
 
-/* Redis has them: delete the rows, in the caller's transaction. */
-extern void fallback_carry_done(FallbackCarry *c);
+/*
+ * Redis has them: delete the rows, in the caller's transaction. Rows that
+ * another transaction is deleting (another backend carrying the same key,
+ * which sent them to Redis before deleting them) are left to it, and copied
+ * to busy (room for c->n); returns how many.
+ */
+extern int	fallback_carry_done(FallbackCarry *c, ItemPointerData *busy);
 
 /* Rows of this database still inside their windows (0 without the table). */
 extern int64 fallback_carry_pending(void);

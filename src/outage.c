@@ -393,16 +393,28 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 	FallbackCarry c;
 	RlArgs		same;
 	int64		recorded;
+	ItemPointerData *skip = NULL;
+	int			nskip = 0;
 
 	*found = false;
 	for (;;)
 	{
-		if (!fallback_carry_collect(args, CARRY_BATCH, &c))
+		/*
+		 * Rows another backend is carrying at the same time are visible
+		 * until it commits, and it sent them to Redis before deleting them:
+		 * they are left out of the next batch. Without that, two backends
+		 * carrying one key of more than a batch of rows, each holding rows
+		 * the other had deleted first, would collect the same batch again and
+		 * again, neither ever committing (TAP 090's pgbench hung so).
+		 */
+		if (!fallback_carry_collect(args, CARRY_BATCH, skip, nskip, &c))
 			return true;
 		*found = true;
 		if (!redis_store_import(&c.args, c.entries.data, c.n, &recorded, r))
 			return false;
-		fallback_carry_done(&c);
+		skip = skip ? repalloc(skip, (nskip + c.n) * sizeof(ItemPointerData))
+			: palloc(c.n * sizeof(ItemPointerData));
+		nskip += fallback_carry_done(&c, skip + nskip);
 		carried_in_xact = true;
 		stats_outage(STATS_OUTAGE_CARRIED, recorded);
 		if (c.n < CARRY_BATCH)
