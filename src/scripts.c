@@ -16,8 +16,12 @@
  * strictly increases, members are unique without any random suffix, and the
  * units inside the window are simply newest.member - base, where base is the
  * member of the newest entry that has left the window. When entries expire,
- * they are removed and their running total is kept in one entry scored -inf,
- * so every call costs O(log n) in the entries of the key, never O(n).
+ * every one of them but the newest is removed, and that one stays first in
+ * the log as the base; so every call costs O(log n) in the entries of the
+ * key, never O(n), and a busy key, one entry leaving per call, is trimmed by
+ * one write. (Earlier builds moved the base to a member scored -inf, which
+ * took a second write; the scripts read both forms, and the next trim of an
+ * old log drops the -inf member.)
  *
  * Refunds (lua_log_refund) never rewrite the log: a second sorted set per
  * key, the ledger, holds one member per entry given back, scored like that
@@ -36,9 +40,13 @@
  * costs the same with two keys; the counting algorithms add one GET. A key
  * never blocked pays nothing more.
  *
- * Numbers in Redis Lua are doubles, and Lua turns them into strings with
- * %.14g, which would round microsecond timestamps; every number handed to
- * redis.call goes through fmt() for that reason.
+ * Numbers in Redis Lua are doubles. redis.call prints a number argument
+ * itself, exactly for every integer up to 2^53 (with %.17g in Redis 6.2,
+ * in the shortest exact form in 7 and later, and in Valkey), which covers
+ * every number slidewin passes; so they are passed as numbers, sparing a
+ * string.format per argument (a third of a microsecond each). Lua's own
+ * tostring, used when a number is concatenated into a string, prints %.14g
+ * and would round a microsecond timestamp: fmt() is kept for that.
  *
  * This file knows nothing of PostgreSQL types or policy.
  *
@@ -51,15 +59,24 @@
 
 #include "scripts.h"
 
-#define LUA_PRELUDE \
+/*
+ * What every script shares: the clock, numbers printed exactly, and the
+ * block key. Each call of a script runs its prelude again, making every
+ * function it defines anew, so a script takes only the part it uses.
+ */
+#define LUA_PRELUDE_BASE \
 "local function fmt(n) return string.format('%.0f', n) end\n" \
 "-- Under Redis Cluster the ledger is kept next to the log (keep: its key,\n" \
 "-- else false), so that a limiter's keys are all there or all absent, as a\n" \
 "-- slot being migrated requires of a command that names several keys.\n" \
 "local keep = false\n" \
+"-- The clock, and (clock_s) the same time as the string Redis reads, so\n" \
+"-- that a score of now is passed without printing a number.\n" \
+"local clock_s\n" \
 "local function clock(arg)\n" \
-"  if arg ~= '' then return tonumber(arg) end\n" \
+"  if arg ~= '' then clock_s = arg; return tonumber(arg) end\n" \
 "  local t = redis.call('TIME')\n" \
+"  clock_s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]\n" \
 "  return tonumber(t[1]) * 1000000 + tonumber(t[2])\n" \
 "end\n" \
 "-- Under Cluster the block key is kept too (bkeep: its key, else false),\n" \
@@ -70,16 +87,6 @@
 "-- clock passes it).\n" \
 "local function block_end(bk)\n" \
 "  return tonumber(redis.call('GET', bk) or '0')\n" \
-"end\n" \
-"-- The ledger key when it exists (most keys never had a refund), and the\n" \
-"-- end of the key's block: one EXISTS for both, as most keys have neither.\n" \
-"local function ledger_block(lkey, bk)\n" \
-"  local n = redis.call('EXISTS', lkey, bk)\n" \
-"  if n == 0 then return nil, 0 end\n" \
-"  local b = redis.call('GET', bk)\n" \
-"  if not b then return lkey, 0 end\n" \
-"  if n == 2 then return lkey, tonumber(b) end\n" \
-"  return nil, tonumber(b)\n" \
 "end\n" \
 "-- Under Cluster: the block key lives at least ttl ms more.\n" \
 "local function keep_block(ttl)\n" \
@@ -93,10 +100,23 @@
 "local function blocked(r, bend, now)\n" \
 "  if bend > now then r[1], r[2], r[3] = 2, 0, math.max(r[3], bend - now) end\n" \
 "  return r\n" \
+"end\n"
+
+/* What the logs add: the ledger of refunds, the trim, the search. */
+#define LUA_PRELUDE_LOG \
+"-- The ledger key when it exists (most keys never had a refund), and the\n" \
+"-- end of the key's block: one EXISTS for both, as most keys have neither.\n" \
+"local function ledger_block(lkey, bk)\n" \
+"  local n = redis.call('EXISTS', lkey, bk)\n" \
+"  if n == 0 then return nil, 0 end\n" \
+"  local b = redis.call('GET', bk)\n" \
+"  if not b then return lkey, 0 end\n" \
+"  if n == 2 then return lkey, tonumber(b) end\n" \
+"  return nil, tonumber(b)\n" \
 "end\n" \
 "-- Units the ledger gave back for entries scored at most s (O(log n)).\n" \
 "local function refunded_upto(lk, s)\n" \
-"  local r = redis.call('ZREVRANGEBYSCORE', lk, fmt(s), '-inf', 'LIMIT', 0, 1)\n" \
+"  local r = redis.call('ZREVRANGEBYSCORE', lk, s, '-inf', 'LIMIT', '0', '1')\n" \
 "  if r[1] then return tonumber(r[1]) end\n" \
 "  return 0\n" \
 "end\n" \
@@ -116,9 +136,14 @@
 "-- Time at which the live entries from rank r0 on free `need` units, and\n" \
 "-- the time of the first of them (when the count may next change). Net\n" \
 "-- units never decrease with rank, so a binary search finds it: O(log n),\n" \
-"-- or O(log^2 n) when the key has a ledger.\n" \
-"local function freeing_time(key, lk, r0, base, rb, need)\n" \
-"  local v, first = net_at(key, lk, r0, base, rb)\n" \
+"-- or O(log^2 n) when the key has a ledger. fm, fs: the member and score\n" \
+"-- of the entry at r0 when the caller has them (trim's head), else nil.\n" \
+"local function freeing_time(key, lk, r0, base, rb, need, fm, fs)\n" \
+"  local v, first\n" \
+"  if fm then\n" \
+"    v, first = tonumber(fm) - base, tonumber(fs)\n" \
+"    if lk then v = v - (refunded_upto(lk, first) - rb) end\n" \
+"  else v, first = net_at(key, lk, r0, base, rb) end\n" \
 "  if v >= need then return first, first end\n" \
 "  local lo, hi = r0 + 1, redis.call('ZCARD', key) - 1\n" \
 "  while lo < hi do\n" \
@@ -135,37 +160,53 @@
 "  return (freeing_time(key, lk, r0, base, rb, used))\n" \
 "end\n" \
 "-- The log up to cutoff: its base (running total before the window), the\n" \
-"-- rank of the first live entry, and the ledger's base. When writing,\n" \
-"-- expired entries go and their totals are kept in one entry scored -inf,\n" \
-"-- in the log and in the ledger alike.\n" \
+"-- rank of the first live entry, the ledger's base, when nothing has\n" \
+"-- expired the first live entry's member and score (else nil), and when the\n" \
+"-- head read holds the whole log, what newest() would return (else nil).\n" \
+"-- The base is the first entry when that is scored -inf (as earlier builds\n" \
+"-- wrote it) or has left the window. When writing, every entry that has left\n" \
+"-- but the newest goes, and that one stays as the base: one write (not two)\n" \
+"-- trims a busy key, one entry leaving per call. The ledger keeps its base\n" \
+"-- in a member scored -inf.\n" \
 "local function trim(key, lk, cutoff, write)\n" \
 "  -- the head of the log (O(1)): when its first timed entry is still in the\n" \
-"  -- window, nothing has expired and no search is needed\n" \
-"  local h = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')\n" \
-"  if not h[1] then return 0, 0, 0 end\n" \
+"  -- window, nothing has expired and no search is needed; when only that\n" \
+"  -- one has left (a busy key, one call after another), neither. Each\n" \
+"  -- score is read as a number once (tonumber('-inf') is -inf).\n" \
+"  local h = redis.call('ZRANGE', key, '0', '2', 'WITHSCORES')\n" \
+"  local nh = #h\n" \
+"  if nh == 0 then return 0, 0, 0, nil, nil, 0, nil end\n" \
+"  local s1, s2, s3 = tonumber(h[2]), tonumber(h[4]), tonumber(h[6])\n" \
+"  -- a log of at most two entries (most keys) is all in h: its newest\n" \
+"  -- needs no read of its own (none live: the total is the base)\n" \
+"  local nt, nts\n" \
+"  if nh < 6 then\n" \
+"    nt = tonumber(h[nh - 1])\n" \
+"    local sl = s2 or s1\n" \
+"    if sl > cutoff then nts = sl end\n" \
+"  end\n" \
 "  local rb = 0\n" \
 "  if lk then rb = refunded_upto(lk, cutoff) end\n" \
-"  local f = 2\n" \
-"  if h[2] == '-inf' then f = 4 end\n" \
-"  if not h[f] or tonumber(h[f]) > cutoff then\n" \
-"    if f == 4 then return tonumber(h[1]), 1, rb end\n" \
-"    return 0, 0, rb\n" \
+"  if s1 > cutoff then return 0, 0, rb, h[1], s1, nt, nts end\n" \
+"  if not s2 or s2 > cutoff then return tonumber(h[1]), 1, rb, h[3], s2, nt, nts end\n" \
+"  local old, os\n" \
+"  if not s3 or s3 > cutoff then old, os = h[3], h[4]\n" \
+"  else\n" \
+"    local o = redis.call('ZREVRANGEBYSCORE', key, cutoff, '-inf', 'WITHSCORES', 'LIMIT', '0', '1')\n" \
+"    old, os = o[1], o[2]\n" \
 "  end\n" \
-"  local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)\n" \
-"  if not old[1] then return 0, 0, rb end\n" \
-"  if old[2] ~= '-inf' and write then\n" \
-"    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))\n" \
-"    redis.call('ZADD', key, '-inf', old[1])\n" \
+"  if write then\n" \
+"    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. os)\n" \
 "    if lk then\n" \
-"      redis.call('ZREMRANGEBYSCORE', lk, '-inf', fmt(cutoff))\n" \
-"      if rb > 0 or keep then redis.call('ZADD', lk, '-inf', fmt(rb)) end\n" \
+"      redis.call('ZREMRANGEBYSCORE', lk, '-inf', cutoff)\n" \
+"      if rb > 0 or keep then redis.call('ZADD', lk, '-inf', rb) end\n" \
 "    end\n" \
 "  end\n" \
-"  return tonumber(old[1]), 1, rb\n" \
+"  return tonumber(old), 1, rb, nil, nil, nt, nts\n" \
 "end\n" \
 "-- The newest running total and its time (nil if the log holds no entry).\n" \
 "local function newest(key, base)\n" \
-"  local n = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')\n" \
+"  local n = redis.call('ZRANGE', key, '0', '0', 'REV', 'WITHSCORES')\n" \
 "  if n[1] and n[2] ~= '-inf' then return tonumber(n[1]), tonumber(n[2]) end\n" \
 "  return base, nil\n" \
 "end\n" \
@@ -185,25 +226,28 @@
 "    local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')\n" \
 "    redis.call('DEL', key)\n" \
 "    for i = 1, #all, 2 do\n" \
-"      redis.call('ZADD', key, all[i + 1], fmt(tonumber(all[i]) - base))\n" \
+"      redis.call('ZADD', key, all[i + 1], tonumber(all[i]) - base)\n" \
 "    end\n" \
 "    total = total - base\n" \
 "    if lk then\n" \
 "      local refs = redis.call('ZRANGEBYSCORE', lk, '(-inf', '+inf', 'WITHSCORES')\n" \
 "      redis.call('DEL', lk)\n" \
 "      for i = 1, #refs, 2 do\n" \
-"        redis.call('ZADD', lk, refs[i + 1], fmt(tonumber(refs[i]) - rb))\n" \
+"        redis.call('ZADD', lk, refs[i + 1], tonumber(refs[i]) - rb)\n" \
 "      end\n" \
 "    end\n" \
 "  end\n" \
-"  redis.call('ZADD', key, fmt(ts), fmt(total + cost))\n" \
+"  if ts == now then redis.call('ZADD', key, clock_s, total + cost)\n" \
+"  else redis.call('ZADD', key, ts, total + cost) end\n" \
 "  if keep and not lk then redis.call('ZADD', keep, '-inf', '0'); lk = keep end\n" \
-"  local ttl = fmt(math.ceil((ts + win - now) / 1000) + 1)\n" \
+"  local ttl = math.ceil((ts + win - now) / 1000) + 1\n" \
 "  redis.call('PEXPIRE', key, ttl)\n" \
 "  if lk then redis.call('PEXPIRE', lk, ttl) end\n" \
 "  keep_block(ttl)\n" \
 "  return ts\n" \
 "end\n"
+
+#define LUA_PRELUDE LUA_PRELUDE_BASE LUA_PRELUDE_LOG
 
 /*
  * KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV lim, win (us), cost, now
@@ -223,8 +267,8 @@ static const char lua_log_attempt[] = LUA_PRELUDE
 "if ARGV[6] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n"
 "local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 "local now = clock(ARGV[4])\n"
-"local base, r0, rb = trim(key, lk, now - win, true)\n"
-"local total, last_ts = newest(key, base)\n"
+"local base, r0, rb, fm, fs, total, last_ts = trim(key, lk, now - win, true)\n"
+"if not total then total, last_ts = newest(key, base) end\n"
 "local rt, rlast = rb, nil\n"
 "if lk then rt, rlast = ledger_newest(lk, rb) end\n"
 "local used = total - base - (rt - rb)\n"
@@ -236,10 +280,10 @@ static const char lua_log_attempt[] = LUA_PRELUDE
 "  local first = nil\n"
 "  if not ok then\n"
 "    local free_at\n"
-"    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim)\n"
+"    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim, fm, fs)\n"
 "    retry = free_at + win - now\n"
 "  elseif used > 0 then\n"
-"    first = select(2, net_at(key, lk, r0, base, rb))\n"
+"    if fs then first = tonumber(fs) else first = select(2, net_at(key, lk, r0, base, rb)) end\n"
 "  end\n"
 "  if ARGV[5] ~= '1' then\n"
 "    local reset = now\n"
@@ -275,7 +319,7 @@ static const char lua_log_refund[] = LUA_PRELUDE
 "if ts <= now - win then return 0 end\n"
 "local e = redis.call('ZRANGEBYSCORE', key, ARGV[1], ARGV[1])\n"
 "if not e[1] then return 0 end\n"
-"local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. ARGV[1], '-inf', 'LIMIT', 0, 1)\n"
+"local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. ARGV[1], '-inf', 'LIMIT', '0', '1')\n"
 "local prev = 0\n"
 "if p[1] then prev = tonumber(p[1]) end\n"
 "if tonumber(e[1]) - prev ~= cost then return 0 end\n"
@@ -286,9 +330,9 @@ static const char lua_log_refund[] = LUA_PRELUDE
 "local later = redis.call('ZRANGEBYSCORE', lk, '(' .. ARGV[1], '+inf', 'WITHSCORES')\n"
 "for i = #later - 1, 1, -2 do\n"
 "  redis.call('ZREM', lk, later[i])\n"
-"  redis.call('ZADD', lk, later[i + 1], fmt(tonumber(later[i]) + cost))\n"
+"  redis.call('ZADD', lk, later[i + 1], tonumber(later[i]) + cost)\n"
 "end\n"
-"redis.call('ZADD', lk, ARGV[1], fmt(r + cost))\n"
+"redis.call('ZADD', lk, ARGV[1], r + cost)\n"
 "local ttl = redis.call('PTTL', key)\n"
 "if ttl > 0 then redis.call('PEXPIRE', lk, ttl) end\n"
 "return 1\n";
@@ -309,7 +353,7 @@ static const char lua_log_peek[] = LUA_PRELUDE
 "  return {1, lim, 0, now, 0, -1}\n"
 "end\n"
 "local base = 0\n"
-"local old = redis.call('ZREVRANGEBYSCORE', key, fmt(cutoff), '-inf', 'LIMIT', 0, 1)\n"
+"local old = redis.call('ZREVRANGEBYSCORE', key, cutoff, '-inf', 'LIMIT', '0', '1')\n"
 "if old[1] then base = tonumber(old[1]) end\n"
 "local rb, rt, rlast = 0, 0, nil\n"
 "if lk then\n"
@@ -318,7 +362,7 @@ static const char lua_log_peek[] = LUA_PRELUDE
 "end\n"
 "local used = tonumber(newest[1]) - base - (rt - rb)\n"
 "if used <= 0 then return {1, lim, 0, now, 0, -1} end\n"
-"local r0 = redis.call('ZCOUNT', key, '-inf', fmt(cutoff))\n"
+"local r0 = redis.call('ZCOUNT', key, '-inf', cutoff)\n"
 "local reset = last_live(key, lk, r0, base, rb, used, tonumber(newest[2]), rlast) + win\n"
 "if used + 1 <= lim then return {1, lim - used, 0, reset, used, -1} end\n"
 "local rem = lim - used\n"
@@ -347,7 +391,7 @@ static const char lua_log_peek[] = LUA_PRELUDE
 "local start = now - (now % win)\n"
 
 /* fixed_window: windows aligned to multiples of win since the Unix epoch. */
-static const char lua_fixed_window[] = LUA_PRELUDE LUA_COUNTER_HEAD
+static const char lua_fixed_window[] = LUA_PRELUDE_BASE LUA_COUNTER_HEAD
 "local reset = start + win\n"
 "local v = redis.call('HMGET', key, 's', 'n')\n"
 "local n = 0\n"
@@ -361,9 +405,15 @@ static const char lua_fixed_window[] = LUA_PRELUDE LUA_COUNTER_HEAD
 "  if n == 0 then reset = now end\n"
 "  return blocked({ok and 1 or 0, rem, retry, reset, n, -1}, bend, now)\n"
 "end\n"
-"redis.call('HSET', key, 's', fmt(start), 'n', fmt(n + cost))\n"
-"local ttl = fmt(math.ceil((reset - now) / 1000) + 1)\n"
-"redis.call('PEXPIRE', key, ttl)\n"
+"local ttl = math.ceil((reset - now) / 1000) + 1\n"
+"-- in the window the key already counts, only the count changes, and the\n"
+"-- expiry, set by the window's first call to its end, stands (HSET, not\n"
+"-- HINCRBY: the ACL of doc/installing.md has the one, not the other)\n"
+"if n > 0 then redis.call('HSET', key, 'n', n + cost)\n"
+"else\n"
+"  redis.call('HSET', key, 's', start, 'n', cost)\n"
+"  redis.call('PEXPIRE', key, ttl)\n"
+"end\n"
 "keep_block(ttl)\n"
 "if ok then return blocked({1, lim - n - cost, 0, reset, n + cost, -1}, bend, now) end\n"
 "return blocked({0, 0, reset - now, reset, n + cost, -1}, bend, now)\n";
@@ -373,7 +423,7 @@ static const char lua_fixed_window[] = LUA_PRELUDE LUA_COUNTER_HEAD
  * bucket's count p weighted by the share of the window that still overlaps
  * it: estimate = p * (win - elapsed) / win + c.
  */
-static const char lua_sliding_counter[] = LUA_PRELUDE LUA_COUNTER_HEAD
+static const char lua_sliding_counter[] = LUA_PRELUDE_BASE LUA_COUNTER_HEAD
 "local v = redis.call('HMGET', key, 's', 'c', 'p')\n"
 "local s, c, p = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0\n"
 "if not s then c, p = 0, 0\n"
@@ -408,9 +458,14 @@ static const char lua_sliding_counter[] = LUA_PRELUDE LUA_COUNTER_HEAD
 "if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n"
 "  return blocked(answer(ok, est, c), bend, now)\n"
 "end\n"
-"redis.call('HSET', key, 's', fmt(start), 'c', fmt(c + cost), 'p', fmt(p))\n"
-"local ttl = fmt(math.ceil((start + 2 * win - now) / 1000) + 1)\n"
-"redis.call('PEXPIRE', key, ttl)\n"
+"local ttl = math.ceil((start + 2 * win - now) / 1000) + 1\n"
+"-- in the bucket the key already counts, the units are added and the\n"
+"-- expiry, set by the bucket's first call, stands (as in fixed_window)\n"
+"if s == start and c > 0 then redis.call('HSET', key, 'c', c + cost)\n"
+"else\n"
+"  redis.call('HSET', key, 's', start, 'c', c + cost, 'p', p)\n"
+"  redis.call('PEXPIRE', key, ttl)\n"
+"end\n"
 "keep_block(ttl)\n"
 "if ok then return blocked(answer(true, est + cost, c + cost), bend, now) end\n"
 "local r = answer(false, est + cost, c + cost)\n"
@@ -424,7 +479,7 @@ static const char lua_sliding_counter[] = LUA_PRELUDE LUA_COUNTER_HEAD
  * burst and are then refilled evenly over win. The 1e-3 us slack absorbs
  * the rounding of win / lim in doubles.
  */
-static const char lua_token_bucket[] = LUA_PRELUDE
+static const char lua_token_bucket[] = LUA_PRELUDE_BASE
 "local key = KEYS[1]\n"
 "local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 "local now = clock(ARGV[4])\n"
@@ -444,7 +499,7 @@ static const char lua_token_bucket[] = LUA_PRELUDE
 "  if not ok then retry = math.max(1, math.ceil(new - win - now - 1e-3)) end\n"
 "  return blocked({ok and 1 or 0, rem, retry, math.ceil(tat), used, -1}, bend, now)\n"
 "end\n"
-"local ttl = fmt(math.ceil((new - now) / 1000) + 1)\n"
+"local ttl = math.ceil((new - now) / 1000) + 1\n"
 "redis.call('SET', key, string.format('%.17g', new), 'PX', ttl)\n"
 "keep_block(ttl)\n"
 "if ok then\n"
@@ -482,14 +537,14 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "for i = 1, n do\n"
 "  local lim, win = tonumber(ARGV[1 + i]), tonumber(ARGV[1 + n + i])\n"
 "  local bi, rbi = base, 0\n"
-"  local o = redis.call('ZREVRANGEBYSCORE', key, fmt(now - win), '-inf', 'LIMIT', 0, 1)\n"
+"  local o = redis.call('ZREVRANGEBYSCORE', key, now - win, '-inf', 'LIMIT', '0', '1')\n"
 "  if o[1] then bi = tonumber(o[1]) end\n"
 "  if lk then rbi = refunded_upto(lk, now - win) end\n"
 "  local ui = total - bi - (rt - rbi)\n"
 "  local ri = lim - ui - cost\n"
 "  local den = ri < 0\n"
 "  if den then\n"
-"    local ri0 = redis.call('ZCOUNT', key, '-inf', fmt(now - win))\n"
+"    local ri0 = redis.call('ZCOUNT', key, '-inf', now - win)\n"
 "    retry = math.max(retry, freeing_time(key, lk, ri0, bi, rbi, ui + cost - lim) + win - now)\n"
 "  end\n"
 "  -- a peek reports the units left, not those left after a call\n"
@@ -506,7 +561,7 @@ static const char lua_log_multi[] = LUA_PRELUDE
 "    local umax = total - base - (rt - rb)\n"
 "    if lk and rlast == last_ts then\n"
 "      if umax > 0 then\n"
-"        local rm = redis.call('ZCOUNT', key, '-inf', fmt(now - maxwin))\n"
+"        local rm = redis.call('ZCOUNT', key, '-inf', now - maxwin)\n"
 "        reset = last_live(key, lk, rm, base, rb, umax, last_ts, rlast) + maxwin\n"
 "      end\n"
 "    else\n"
@@ -540,7 +595,7 @@ static const char lua_log_multi[] = LUA_PRELUDE
  * scores, and no score moves. Returns {recorded, already recorded,
  * outside their window}.
  */
-static const char lua_log_import[] = LUA_PRELUDE
+static const char lua_log_import[] = LUA_PRELUDE_BASE
 "local key, lk, ik = KEYS[1], KEYS[2], KEYS[4]\n"
 "if ARGV[2] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n"
 "local now = clock(ARGV[1])\n"
@@ -551,30 +606,30 @@ static const char lua_log_import[] = LUA_PRELUDE
 "  if s <= now - win then old = old + 1\n"
 "  elseif redis.call('ZSCORE', ik, id) then dup = dup + 1\n"
 "  else\n"
-"    while redis.call('ZCOUNT', key, fmt(s), fmt(s)) > 0 do s = s + 1 end\n"
-"    local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. fmt(s), '-inf', 'LIMIT', 0, 1)\n"
+"    while redis.call('ZCOUNT', key, s, s) > 0 do s = s + 1 end\n"
+"    local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. fmt(s), '-inf', 'LIMIT', '0', '1')\n"
 "    local prev = 0\n"
 "    if p[1] then prev = tonumber(p[1]) end\n"
 "    local later = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(s), '+inf', 'WITHSCORES')\n"
 "    for j = #later - 1, 1, -2 do\n"
 "      redis.call('ZREM', key, later[j])\n"
-"      redis.call('ZADD', key, later[j + 1], fmt(tonumber(later[j]) + cost))\n"
+"      redis.call('ZADD', key, later[j + 1], tonumber(later[j]) + cost)\n"
 "    end\n"
-"    redis.call('ZADD', key, fmt(s), fmt(prev + cost))\n"
-"    redis.call('ZADD', ik, fmt(s + win), id)\n"
+"    redis.call('ZADD', key, s, prev + cost)\n"
+"    redis.call('ZADD', ik, s + win, id)\n"
 "    if s + win > until_ then until_ = s + win end\n"
 "    done = done + 1\n"
 "  end\n"
 "end\n"
 "if done > 0 then\n"
-"  redis.call('ZREMRANGEBYSCORE', ik, '-inf', fmt(now))\n"
+"  redis.call('ZREMRANGEBYSCORE', ik, '-inf', now)\n"
 "  local ttl = math.ceil((until_ - now) / 1000) + 1\n"
 "  for _, k in ipairs({key, lk, ik}) do\n"
 "    local t = redis.call('PTTL', k)\n"
 "    if t == -2 and k == lk and keep then redis.call('ZADD', lk, '-inf', '0'); t = 0 end\n"
-"    if t >= 0 and t < ttl then redis.call('PEXPIRE', k, fmt(ttl)) end\n"
+"    if t >= 0 and t < ttl then redis.call('PEXPIRE', k, ttl) end\n"
 "  end\n"
-"  keep_block(fmt(ttl))\n"
+"  keep_block(ttl)\n"
 "end\n"
 "return {done, dup, old}\n";
 
@@ -597,7 +652,7 @@ static const char lua_log_import[] = LUA_PRELUDE
  * An entry that no longer counts is "outside its window". Returns as
  * lua_log_import.
  */
-static const char lua_counter_import[] = LUA_PRELUDE
+static const char lua_counter_import[] = LUA_PRELUDE_BASE
 "local key, ik = KEYS[1], KEYS[3]\n"
 "if ARGV[2] == 'k' then bkeep = KEYS[2] end\n"
 "local now, algo = clock(ARGV[1]), ARGV[3]\n"
@@ -617,7 +672,7 @@ static const char lua_counter_import[] = LUA_PRELUDE
 "      local v = redis.call('HMGET', key, 's', 'n')\n"
 "      local n = 0\n"
 "      if v[1] and tonumber(v[1]) == start then n = tonumber(v[2]) end\n"
-"      redis.call('HSET', key, 's', fmt(start), 'n', fmt(n + cost))\n"
+"      redis.call('HSET', key, 's', start, 'n', n + cost)\n"
 "    elseif algo == 'sc' then\n"
 "      local v = redis.call('HMGET', key, 's', 'c', 'p')\n"
 "      local st, c, p = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0\n"
@@ -626,13 +681,13 @@ static const char lua_counter_import[] = LUA_PRELUDE
 "      elseif st < start - win then p, c = 0, 0\n"
 "      elseif st > start then start = st end\n"
 "      if s >= start then c = c + cost else p = p + cost end\n"
-"      redis.call('HSET', key, 's', fmt(start), 'c', fmt(c), 'p', fmt(p))\n"
+"      redis.call('HSET', key, 's', start, 'c', c, 'p', p)\n"
 "      exp = start + 2 * win\n"
 "    elseif s + reach - now > debt then debt = s + reach - now end\n"
 "    -- kept while a copy sent again could still count\n"
 "    local keep_id = s + win\n"
 "    if algo == 'sc' then keep_id = s + 2 * win elseif algo == 'tb' then keep_id = s + reach end\n"
-"    redis.call('ZADD', ik, fmt(keep_id), id)\n"
+"    redis.call('ZADD', ik, keep_id, id)\n"
 "    if exp > until_ then until_ = exp end\n"
 "    if keep_id > until_ then until_ = keep_id end\n"
 "    done = done + 1\n"
@@ -646,13 +701,13 @@ static const char lua_counter_import[] = LUA_PRELUDE
 "  if tat > until_ then until_ = tat end\n"
 "end\n"
 "if done > 0 then\n"
-"  redis.call('ZREMRANGEBYSCORE', ik, '-inf', fmt(now))\n"
+"  redis.call('ZREMRANGEBYSCORE', ik, '-inf', now)\n"
 "  local ttl = math.ceil((until_ - now) / 1000) + 1\n"
 "  for _, k in ipairs({key, ik}) do\n"
 "    local t = redis.call('PTTL', k)\n"
-"    if t == -1 or (t >= 0 and t < ttl) then redis.call('PEXPIRE', k, fmt(ttl)) end\n"
+"    if t == -1 or (t >= 0 and t < ttl) then redis.call('PEXPIRE', k, ttl) end\n"
 "  end\n"
-"  keep_block(fmt(ttl))\n"
+"  keep_block(ttl)\n"
 "end\n"
 "return {done, dup, old}\n";
 
@@ -665,13 +720,13 @@ static const char lua_counter_import[] = LUA_PRELUDE
  * key stays, holding 0, as long as it would have); returns 1 if a block was
  * in force, else 0.
  */
-static const char lua_block[] = LUA_PRELUDE
+static const char lua_block[] = LUA_PRELUDE_BASE
 "local bk, mode = KEYS[1], ARGV[1]\n"
 "local now = clock(ARGV[3])\n"
 "local e = block_end(bk)\n"
 "local p = redis.call('PTTL', bk)\n"
 "if mode == 'u' then\n"
-"  if ARGV[4] == 'k' and p > 0 then redis.call('SET', bk, '0', 'PX', fmt(p))\n"
+"  if ARGV[4] == 'k' and p > 0 then redis.call('SET', bk, '0', 'PX', p)\n"
 "  else redis.call('DEL', bk) end\n"
 "  if e > now then return 1 end\n"
 "  return 0\n"
@@ -680,7 +735,7 @@ static const char lua_block[] = LUA_PRELUDE
 "if e < want then e = want end\n"
 "local ttl = math.ceil((e - now) / 1000) + 1\n"
 "if p > ttl then ttl = p end\n"
-"redis.call('SET', bk, fmt(e), 'PX', fmt(ttl))\n"
+"redis.call('SET', bk, e, 'PX', ttl)\n"
 "return e\n";
 
 /*
@@ -707,7 +762,7 @@ static const char lua_sem_acquire[] =
 "local mine = redis.call('ZSCORE', key, ARGV[1])\n"
 "local n = redis.call('ZCARD', key)\n"
 "if not mine and n >= max then\n"
-"  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')\n"
+"  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')\n"
 "  return {0, n, ended, tonumber(first[2]) - now, 0}\n"
 "end\n"
 "redis.call('ZADD', key, fmt(now + lease), ARGV[1])\n"
@@ -725,8 +780,8 @@ static const char lua_sem_acquire[] =
 static const char lua_sem_release[] =
 "if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
 "redis.call('LPUSH', KEYS[2], '1')\n"
-"redis.call('LTRIM', KEYS[2], 0, 63)\n"
-"redis.call('PEXPIRE', KEYS[2], 10000)\n"
+"redis.call('LTRIM', KEYS[2], '0', '63')\n"
+"redis.call('PEXPIRE', KEYS[2], '10000')\n"
 "return 1\n";
 
 /*

@@ -629,6 +629,17 @@ else
 	tail -n 40 "$work/bench_smoke.out"
 	fail "bench smoke"
 fi
+# The script-level benchmark (make bench-scripts), as briefly: every row
+# must come out with a figure for both scripts.
+banner "script benchmark smoke (test/bench/scripts.sh 2000)"
+if timeout -k 15 120 bash "$repo/test/bench/scripts.sh" 2000 >"$work/scripts_smoke.out" 2>&1 &&
+	[[ $(grep -cE '^\| [a-z].* \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ ×' "$work/scripts_smoke.out") -eq 7 ]]; then
+	echo "7 rows, each measured"
+	pass
+else
+	tail -n 20 "$work/scripts_smoke.out"
+	fail "script benchmark smoke"
+fi
 
 finished=1
 exit 0

@@ -59,11 +59,12 @@ sub concat_tokens {
 	return $out;
 }
 
-# String-only macros: #define NAME "..." with backslash continuations.
+# String-only macros: #define NAME "..." with backslash continuations, or
+# a run of string literals and string macros defined before it.
 while ($src =~ /^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+((?:[^\n]*\\\n)*[^\n]*)$/mg) {
 	my ($m, $body) = ($1, $2);
 	$body =~ s/\\\n/ /g;
-	next unless $body =~ /^\s*"/;
+	next unless $body =~ /^\s*"/ || ($body =~ /^\s*([A-Za-z_]\w*)/ && exists $macros{$1});
 	my $val = eval { concat_tokens($body, "macro $m") };
 	$macros{$m} = $val if defined $val;
 }

@@ -832,6 +832,58 @@ if PGOPTIONS="${R_opts[many]:-}" "$PGBENCH" -h 127.0.0.1 -p "$pg_port" -U postgr
 fi
 [[ -n $cpu_ok ]] || progress "ERROR Redis CPU per call: $(grep -m1 -iE 'error|abort' "$work/cpu.out" || tail -n 1 "$work/cpu.out")"
 
+# ---- CPU per call: backends, Redis and pgbench ---------------------------------
+
+# Each workload once more at 8 clients, alone, with the CPU every process
+# spent read before and after (clock ticks from /proc): the backends (the
+# postmaster's children, living, plus the postmaster's cutime and cstime,
+# which count every child it has reaped, so that backends exiting with
+# pgbench are counted), Redis (network I/O included), and pgbench itself
+# (bash's time keyword: its user and system time). Divided by the calls
+# (pgbench's transactions, one call each). Redis-backed workloads run here;
+# the fallback store's runs in phase B, with Redis stopped.
+hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
+pm_pid=$(head -n 1 "$work/pg/data/postmaster.pid" 2>/dev/null)
+redis_pid=$(cat "$work/redis/redis.pid" 2>/dev/null)
+pg_ticks() { # the postmaster's children's CPU so far, in clock ticks
+	awk -v pm="$pm_pid" 'FNR == 1 {
+		if ($4 == pm) t += $14 + $15
+		if ($1 == pm) t += $16 + $17
+	} END { print t + 0 }' /proc/[0-9]*/stat 2>/dev/null
+}
+redis_ticks() { # Redis's CPU so far, in clock ticks (0 once it is stopped)
+	awk '{ print $14 + $15 }' "/proc/$redis_pid/stat" 2>/dev/null || echo 0
+}
+declare -A C_pg=() C_redis=() C_client=() C_rate=() C_err=()
+cpu_run() { # cpu_run ID: one run of workload ID at 8 clients, its CPU per call
+	local id=$1 p0 p1 r0 r1 out=$work/cpu_$1.out tf=$work/cpu_$1.time n secs u s dur
+	dur=(-T "$bench_seconds")
+	if ((smoke)); then dur=(-t "$smoke_txns"); fi
+	progress "CPU per call: $id, 8 clients"
+	p0=$(pg_ticks) r0=$(redis_ticks)
+	if ! { TIMEFORMAT='%3R %3U %3S'; time PGOPTIONS="${R_opts[$id]:-}" "$PGBENCH" -h 127.0.0.1 -p "$pg_port" -U postgres -n \
+		-M "${R_mode[$id]:-prepared}" -f "${R_script[$id]}" -c 8 -j "$((8 < ncpu ? 8 : ncpu))" "${dur[@]}" \
+		postgres >"$out" 2>&1; } 2>"$tf"; then
+		C_err[$id]="pgbench failed: $(grep -m1 -iE 'error|abort' "$out" || tail -n 1 "$out")"
+		progress "ERROR CPU per call, $id: ${C_err[$id]}"
+		return
+	fi
+	sleep 0.2 # the backends exit and are reaped
+	p1=$(pg_ticks) r1=$(redis_ticks)
+	n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$out")
+	read -r secs u s <"$tf"
+	if [[ -z $n ]] || ((n == 0)); then
+		C_err[$id]="no transaction processed"
+		return
+	fi
+	read -r C_pg[$id] C_redis[$id] C_client[$id] C_rate[$id] < <(awk -v p="$((p1 - p0))" -v r="$((r1 - r0))" \
+		-v u="$u" -v s="$s" -v n="$n" -v hz="$hz" -v t="$secs" 'BEGIN {
+			printf "%.1f %.1f %.1f %.0f\n", p * 1e6 / hz / n, r * 1e6 / hz / n, (u + s) * 1e6 / n, n / t }')
+}
+cpu_rows=(s1 many hotmid)
+if ((has_deny_cache)); then cpu_rows+=(deny); fi
+for id in "${cpu_rows[@]}"; do cpu_run "$id"; done
+
 # ---- memory -------------------------------------------------------------------
 
 # One connection: warm up (library loaded, Redis connected), read the
@@ -873,6 +925,24 @@ else
 fi
 [[ -n $mem_ok ]] || progress "ERROR memory: $mem_note"
 
+# ---- what each script costs Redis, beside the naive script (targets 14-16) ------
+
+# test/bench/scripts.sh (make bench-scripts) in a Redis of its own: each
+# script of slidewin against the naive five-command script, by INFO
+# commandstats (usec per EVALSHA), rows one after the other.
+progress "scripts against the naive script (test/bench/scripts.sh)"
+scripts_req=200000
+if ((smoke)); then scripts_req=2000; fi
+scripts_ok=
+if bash "$here/scripts.sh" "$scripts_req" >"$work/scripts.out" 2>"$work/scripts.err"; then
+	scripts_ok=1
+else
+	progress "ERROR scripts.sh: $(tail -n 1 "$work/scripts.err")"
+fi
+script_ratio() { # script_ratio LABEL_PREFIX: slidewin / naive of that row
+	awk -F' [|] ' -v l="$1" 'index($1, "| " l) == 1 { if ($2 + 0 > 0 && $3 + 0 > 0) printf "%.3f", $2 / $3 }' "$work/scripts.out"
+}
+
 # ---- phase B: Redis down ------------------------------------------------------------
 
 progress "stopping Redis"
@@ -885,6 +955,8 @@ if [[ $probe != fallback ]]; then
 	done
 	progress "ERROR $msg"
 fi
+cpu_run fb_many
+cpu_rows+=(fb_many)
 # Pure and breaker rows alternate which goes first (ABBA), and use keys of
 # their own, so that neither inherits the other's expired rows.
 for ((round = 1; round <= rounds_b; round++)); do
@@ -1187,6 +1259,22 @@ if ((has_outage)); then
 			"$(ratio "${tps[many.$c]:-}" "${tps[outage_off.$c]:-}")" 0.98 x
 	done
 fi
+# 14-16: Redis's CPU per call in each script against the naive script's
+# (usec per EVALSHA), as naive / slidewin so that, as everywhere here, more is
+# better: "costs at most 1.2 x" is "naive / slidewin >= 1 / 1.2".
+inv() { [[ -n ${1:-} ]] && awk -v a="$1" 'BEGIN { if (a > 0) printf "%.3f", 1 / a }'; }
+if [[ -n $scripts_ok ]]; then
+	for r in 'many keys' 'hot key, window 20 ms' 'hot key, window 2000 ms'; do
+		target "14 ($r)" "\`sliding_log\` attempt: Redis CPU per call at most 1.2 × the naive script's ($r; shown as naive / slidewin)" \
+			"$(inv "$(script_ratio "$r")")" 0.833 x
+	done
+	target 15 'A denial decided in Redis (a full key, deny cache off) costs at most 0.8 × the naive script admitting a call (many keys; shown as naive / slidewin)' \
+		"$(awk -F' [|] ' 'index($1, "| many keys") == 1 { n = $3 } index($1, "| denial") == 1 { d = $2 } END { if (n > 0 && d > 0) printf "%.3f", n / d }' "$work/scripts.out")" 1.25 x
+	for a in fixed_window sliding_counter token_bucket; do
+		target "16 ($a)" "\`$a\`: Redis CPU per call at most the naive script's (many keys; shown as naive / slidewin)" \
+			"$(inv "$(script_ratio "$a")")" 1 x
+	done
+fi
 mem_growth_kb=
 if [[ -n $mem_ok ]]; then
 	mem_growth_kb=$((rss1 - rss0))
@@ -1263,6 +1351,36 @@ result=$work/RESULTS.md
 	else
 		echo "Not measured: the run failed."
 	fi
+	echo
+	echo "## What each script costs Redis, beside the naive script"
+	echo
+	if [[ -n $scripts_ok ]]; then
+		echo "From \`test/bench/scripts.sh\` ($(commas "$scripts_req") calls per row, 8 connections, a Redis of its own; \`make bench-scripts\` runs it alone and adds instructions per call under callgrind). Ratio: slidewin's µs per call over the naive script's."
+		echo
+		grep '^|' "$work/scripts.out"
+	else
+		echo "Not measured: $(tail -n 1 "$work/scripts.err" 2>/dev/null)"
+	fi
+	echo
+	echo "## CPU per call: backends, Redis and pgbench"
+	echo
+	echo "Each workload once more at 8 clients, alone; CPU from \`/proc\` (user + system) divided by the calls. Redis's column includes its network I/O; the fallback store's row runs with Redis stopped."
+	echo
+	echo "| Workload | calls/s | backends, µs per call | Redis, µs per call | pgbench, µs per call | Redis calls per second per core |"
+	echo "|---|---:|---:|---:|---:|---:|"
+	for id in "${cpu_rows[@]}"; do
+		if [[ -n ${C_err[$id]:-} ]]; then
+			echo "| ${R_label[$id]} | not measured: ${C_err[$id]} | | | | |"
+			continue
+		fi
+		per_core=-
+		if awk -v r="${C_redis[$id]:-0}" 'BEGIN { exit !(r > 0.5) }' && [[ $id != s1 && $id != fb_many ]]; then
+			per_core=$(commas "$(awk -v r="${C_redis[$id]}" 'BEGIN { printf "%.0f", 1e6 / r }')")
+		fi
+		echo "| ${R_label[$id]} | $(commas "${C_rate[$id]:-0}") | ${C_pg[$id]:-} | ${C_redis[$id]:-} | ${C_client[$id]:-} | $per_core |"
+	done
+	echo
+	echo "The last column is 1 / Redis's CPU per call: the calls of that workload one Redis core carries where it has the core to itself (here it shares $ncpu CPUs with PostgreSQL and pgbench). A denial the deny cache answers costs Redis nothing."
 	echo
 	echo "## Memory"
 	echo

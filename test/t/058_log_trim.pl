@@ -1,0 +1,86 @@
+# The sliding log's trim, seen in Redis (on the test clock):
+#  - a busy key holds its live entries and one base, never the entries that
+#    have left the window (a script that skips the trim fails here);
+#  - one entry leaving, several leaving, all leaving;
+#  - a log written in the earlier layout (its base a member scored -inf) is
+#    read right and loses that member at its next trim;
+#  - a ledger (refunds) is trimmed with its log, and its units still count.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use SlidewinTest;
+
+my $redis = SlidewinTest::start_redis();
+my $node = SlidewinTest::new_node('trim', $redis, [ 'slidewin.redis_retry_interval = 0' ]);
+
+# Calls at T0 + ms, on the test clock; remaining as Redis answered.
+my $t0 = '2030-01-01 00:00:00+00';
+sub call_at
+{
+	my ($key, $ms, $lim, $cost) = @_;
+	$cost //= 1;
+	return $node->safe_psql('postgres', qq{
+		SELECT set_config('slidewin.test_now', ('$t0'::timestamptz + interval '$ms milliseconds')::text, false) \\g /dev/null
+		SELECT (r).allowed, (r).remaining, (r).store
+		FROM rl_attempt('$key', $lim, '1 second', $cost) r});
+}
+sub log_of { return [ split /\n/, scalar $redis->cli('zrange', "slidewin:log:$_[0]", '0', '-1', 'withscores') ] }
+sub zcard { return $redis->cli('zcard', $_[0]) }
+# T0 in Redis microseconds
+my $us0 = $node->safe_psql('postgres', qq{SELECT (extract(epoch FROM '$t0'::timestamptz) * 1000000)::bigint});
+
+# A busy key: 40 calls 100 ms apart, window 1 s.
+my $last;
+$last = call_at('trim:busy', $_ * 100, 1000) for 0 .. 39;
+is($last, 't|990|redis', 'busy key: ten units in the last second (remaining 990 of 1,000)');
+my $log = log_of('trim:busy');
+is(scalar(@$log) / 2, 11, 'busy key: ten live entries and one base in Redis, no more');
+is($log->[1], $us0 + 2_900_000, 'the base is the newest entry that has left the window, as it was');
+is($log->[0], '30', 'its member: the 30 units admitted before the window');
+
+# Several leave at once: a burst of 30 one millisecond apart, then a call
+# 1.015 s after the burst's start: 16 have left.
+call_at('trim:burst', 10_000 + $_, 1000) for 0 .. 29;
+is(call_at('trim:burst', 11_015, 1000), 't|985|redis', 'burst: 14 still in the window, plus this call');
+$log = log_of('trim:burst');
+is(scalar(@$log) / 2, 16, 'burst: 15 live entries and one base');
+is($log->[1], $us0 + 10_015_000, 'the base is the newest of the 16 that left');
+
+# Everything leaves: the log starts again.
+is(call_at('trim:burst', 20_000, 1000), 't|999|redis', 'all left: one unit in the window');
+is(zcard('slidewin:log:trim:burst'), '1', 'all left: the log holds the new entry alone');
+
+# A log in the earlier layout: its base scored -inf (60 units before the
+# window), then entries at T0 + 30.0 s, 30.5 s and 30.9 s of cost 1, 2, 3.
+my $k = 'slidewin:log:trim:old';
+$redis->cli('zadd', $k, '-inf', '60', $us0 + 30_000_000, '61', $us0 + 30_500_000, '63',
+	$us0 + 30_900_000, '66');
+$redis->cli('pexpire', $k, '600000000');
+# at 31.2 s the first has left: 5 units in the window, then this call's 1
+is(call_at('trim:old', 31_200, 10), 't|4|redis', 'earlier layout: read right (5 + 1 of 10)');
+$log = log_of('trim:old');
+is_deeply($log, [ '61', $us0 + 30_000_000, '63', $us0 + 30_500_000, '66', $us0 + 30_900_000,
+		'67', $us0 + 31_200_000 ],
+	'earlier layout: the -inf member is gone, the entry that left is the base');
+is(call_at('trim:old', 31_250, 10, 5), 'f|4|redis', 'and a call of 5 is then denied (6 of 10 used)');
+
+# A ledger: a refund at ROLLBACK, then the entries leave; the ledger is
+# trimmed with the log and its units still count.
+$node->safe_psql('postgres', qq{
+	SELECT set_config('slidewin.test_now', ('$t0'::timestamptz + interval '40 seconds')::text, false) \\g /dev/null
+	BEGIN;
+	SET LOCAL slidewin.refund_on_abort = on;
+	SELECT rl_attempt('trim:led', 10, '1 second', 3);
+	ROLLBACK;});
+call_at('trim:led', 40_100 + $_ * 100, 10) for 0 .. 3;
+is(call_at('trim:led', 40_600, 10, 6), 't|0|redis',
+	'ledger: the refunded 3 units do not count (4 + 6 of 10)');
+is(call_at('trim:led', 41_450, 10, 1), 't|3|redis',
+	'ledger: once the refunded entry and the next four have left, 6 + 1 of 10');
+is(zcard('slidewin:log:trim:led'), '3', 'ledger key: its log holds its two live entries and one base');
+is_deeply([ split /\n/, scalar $redis->cli('zrange', 'slidewin:logr:trim:led', '0', '-1', 'withscores') ],
+	[ '3', '-inf' ], 'and its ledger only its base: the 3 units given back before the window');
+
+done_testing();
