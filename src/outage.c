@@ -75,14 +75,15 @@ bool		slidewin_outage_exact = true;
 typedef struct OutageSlot
 {
 	slock_t		mutex;
-	uint64		keyhash;		/* of prefix and key; 0: empty */
+	bool		applied;		/* a fallback call has counted them (for rl_stats) */
 	int			algorithm;
+	uint64		keyhash;		/* of prefix and key; 0: empty */
 	int64		lim;
 	int64		win_us;
 	int64		seen_at;		/* fallback clock: when this server asked Redis */
 	int64		units;			/* units Redis counted in the window */
 	int64		frees_at;		/* fallback clock: the newest of them leaves the window */
-	bool		applied;		/* a fallback call has counted them (for rl_stats) */
+	int64		redis_frees;	/* the same on Redis's clock, as Redis answered it */
 	int64		inflight;		/* units of calls of the key sent to Redis, not yet noted */
 } OutageSlot;
 
@@ -293,12 +294,16 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 	 * Later means a newest entry (or window, or bucket) no earlier, and as
 	 * many units or more when that is the same; only a refund or a reset
 	 * moves either back (a reset forgets the slot; after a refund the older
-	 * answer is kept, an over-count).
+	 * answer is kept, an over-count). Compared on Redis's clock, as Redis
+	 * answered: each backend moves it onto this server's clock by its own
+	 * offset, which differs from another backend's by the latencies each
+	 * measured, far more than the microsecond between two entries (an
+	 * earlier answer taken for a later one lost a unit, TAP 057 on sid).
 	 */
 	if (slot->keyhash == kh && slot->algorithm == (int) args->algorithm &&
 		slot->lim == args->lim && slot->win_us == args->win_us &&
-		(frees_at < slot->frees_at ||
-		 (frees_at == slot->frees_at && o->used < slot->units)))
+		(o->reset_at_us < slot->redis_frees ||
+		 (o->reset_at_us == slot->redis_frees && o->used < slot->units)))
 	{
 		SpinLockRelease(&slot->mutex);
 		return;
@@ -312,6 +317,7 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 	slot->seen_at = asked_at;
 	slot->units = o->used;
 	slot->frees_at = frees_at;
+	slot->redis_frees = o->reset_at_us;
 	slot->applied = false;
 	SpinLockRelease(&slot->mutex);
 }
