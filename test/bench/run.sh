@@ -855,7 +855,7 @@ redis_ticks() { # Redis's CPU so far, in clock ticks (0 once it is stopped)
 	awk '{ print $14 + $15 }' "/proc/$redis_pid/stat" 2>/dev/null || echo 0
 }
 declare -A C_pg=() C_redis=() C_client=() C_rate=() C_err=()
-cpu_run() { # cpu_run ID: one run of workload ID at 8 clients, its CPU per call
+cpu_run() { # cpu_run ID [stopped]: one run of workload ID at 8 clients, its CPU per call
 	local id=$1 p0 p1 r0 r1 out=$work/cpu_$1.out tf=$work/cpu_$1.time n secs u s dur
 	dur=(-T "$bench_seconds")
 	if ((smoke)); then dur=(-t "$smoke_txns"); fi
@@ -879,6 +879,8 @@ cpu_run() { # cpu_run ID: one run of workload ID at 8 clients, its CPU per call
 	read -r C_pg[$id] C_redis[$id] C_client[$id] C_rate[$id] < <(awk -v p="$((p1 - p0))" -v r="$((r1 - r0))" \
 		-v u="$u" -v s="$s" -v n="$n" -v hz="$hz" -v t="$secs" 'BEGIN {
 			printf "%.1f %.1f %.1f %.0f\n", p * 1e6 / hz / n, r * 1e6 / hz / n, (u + s) * 1e6 / n, n / t }')
+	# Redis stopped: its pid may be another process's by now
+	if [[ ${2:-} == stopped ]]; then C_redis[$id]='(stopped)'; fi
 }
 cpu_rows=(s1 many hotmid)
 if ((has_deny_cache)); then cpu_rows+=(deny); fi
@@ -955,7 +957,7 @@ if [[ $probe != fallback ]]; then
 	done
 	progress "ERROR $msg"
 fi
-cpu_run fb_many
+cpu_run fb_many stopped
 cpu_rows+=(fb_many)
 # Pure and breaker rows alternate which goes first (ABBA), and use keys of
 # their own, so that neither inherits the other's expired rows.
@@ -1374,7 +1376,7 @@ result=$work/RESULTS.md
 			continue
 		fi
 		per_core=-
-		if awk -v r="${C_redis[$id]:-0}" 'BEGIN { exit !(r > 0.5) }' && [[ $id != s1 && $id != fb_many ]]; then
+		if [[ $id != s1 && $id != fb_many ]] && awk -v r="${C_redis[$id]:-0}" 'BEGIN { exit !(r > 0.5) }'; then
 			per_core=$(commas "$(awk -v r="${C_redis[$id]}" 'BEGIN { printf "%.0f", 1e6 / r }')")
 		fi
 		echo "| ${R_label[$id]} | $(commas "${C_rate[$id]:-0}") | ${C_pg[$id]:-} | ${C_redis[$id]:-} | ${C_client[$id]:-} | $per_core |"
