@@ -148,5 +148,5 @@ if [[ $got != t ]]; then
 	exit 1
 fi
 echo "   export 7 (server A) acquires a slot at once (holders: $n)"
-echo "A slot stays taken at most its lease after its holder died; a live holder keeps it as long"
-echo "as its transaction runs, and rl_renew extends a lease that the work would outlast."
+echo "A slot stays taken at most its lease after its holder died; a live holder keeps it until"
+echo "its transaction ends or its lease runs out, and rl_renew extends a lease that the work would outlast."
