@@ -10,26 +10,43 @@ SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(admitted), 0) AS admitted
 
 -- Bad input: 22004 or 22023, naming the argument.
 SELECT * FROM rl_acquire(NULL, 3);
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('', 3);
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', NULL);
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 0);
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 10001);
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, NULL);
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, '-1 minute');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, '0');
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, '1 month');
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, '2 days');
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, timeout => '-1 second');
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, timeout => NULL);
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, timeout => '2 hours');
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, on_redis_error => 'maybe');
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rl_acquire('k', 3, raise => NULL);
+\echo :LAST_ERROR_SQLSTATE
 SELECT rl_release(NULL);
+\echo :LAST_ERROR_SQLSTATE
 SELECT rl_renew('');
+\echo :LAST_ERROR_SQLSTATE
 SELECT rl_holders(NULL);
+\echo :LAST_ERROR_SQLSTATE
 SELECT rl_holders('k', 'maybe');
+\echo :LAST_ERROR_SQLSTATE
 
 -- Held until COMMIT; a second acquire of the key in the same transaction
 -- holds no second slot (and says acquired, with the holders as they are).

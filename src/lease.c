@@ -534,7 +534,13 @@ done:
 	return lease_datum(fcinfo, &res);
 }
 
-/* rl_release(key): whether a slot was held (and is now released). */
+/*
+ * rl_release(key): whether a slot was held. It is sent now; if Redis cannot
+ * take it (no answer, the breaker open), the slot stays on this
+ * transaction's list and is released at COMMIT or ROLLBACK like any other,
+ * on the path that is retried after a lost connection (refund.c), and the
+ * lease ends it if that fails too: a release is never simply dropped.
+ */
 Datum
 slidewin_release(PG_FUNCTION_ARGS)
 {
@@ -543,39 +549,32 @@ slidewin_release(PG_FUNCTION_ARGS)
 	bool		released = false;
 
 	key_arg(fcinfo, &key);
-	holder = refund_take_slot(&key);
+	holder = refund_held_slot(&key, NULL);
 	if (holder != NULL)
 	{
 		RedisResult r;
 		int64		n = 0;
+		bool		sent = false;
 
-		/*
-		 * Sent now. Should Redis not answer, the lease ends the holding:
-		 * the slot was this transaction's, and is no longer, either way.
-		 */
+		released = true;
 		if (policy_redis_may_be_tried(&r))
 		{
 			if (redis_store_sem_call(SCRIPT_SEM_RELEASE, &key, holder, 0, &n, &r))
-			{
-				released = true;
-				stats_slot_released(true);
-			}
+				sent = true;
 			else
-			{
 				policy_redis_failed(&r);
-				stats_slot_released(false);
-				ereport(WARNING,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("slidewin could not release a concurrency slot; its lease will end it"),
-						 errdetail_internal("%s", r.message)));
-				released = true;
-			}
+		}
+		if (sent)
+		{
+			pfree(refund_take_slot(&key));
+			stats_slot_released(true);
 		}
 		else
-		{
-			released = true;
-			stats_slot_released(false);
-		}
+			ereport(WARNING,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("slidewin could not release a concurrency slot now"),
+					 errdetail_internal("%s", r.message),
+					 errhint("The slot is released when the transaction ends, or by its lease.")));
 	}
 	if (fallback_release(&key))
 		released = true;
