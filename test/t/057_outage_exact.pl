@@ -27,7 +27,12 @@
 #     keeps its own bound across both switches, checked on every admission
 #     from either store: fixed_window and sliding_counter at most lim in
 #     each window (bucket), token_bucket conforming to one GCRA over the
-#     admissions of both stores.
+#     admissions of both stores;
+#  6. the counting algorithms, Redis killed and restarted empty: those
+#     bounds from the fallback store's admissions on, and up to the restart;
+#  7. the counting algorithms on two servers: at most 2 x lim (two bursts)
+#     during the outage, and once both servers had a Redis answer for a
+#     key, each algorithm's bound over the union of both servers.
 #
 # No pgbench transaction fails in any of them.
 use strict;
@@ -62,7 +67,8 @@ for my $n ($node1, $node2)
 			allowed boolean NOT NULL,
 			store   text NOT NULL,
 			at      timestamptz NOT NULL,   -- when the call returned
-			ts      timestamptz             -- the admission time its store recorded
+			ts      timestamptz,            -- the admission time its store recorded
+			st      timestamptz NOT NULL DEFAULT statement_timestamp() -- when the call was sent
 		);
 	});
 }
@@ -259,85 +265,260 @@ my $stats_sql = q{SELECT outage_seeded_units, outage_carried, outage_carry_pendi
 }
 
 # ---------------------------------------------------------------------
-# 5. The counting algorithms, frozen and thawed.
+# 5-7. The counting algorithms: frozen and thawed (5), killed and
+# restarted empty (6), two servers (7).
 # ---------------------------------------------------------------------
+my $cscript = "$dir/counting.sql";
 {
-	my $cscript = "$dir/counting.sql";
 	open(my $cf, '>', $cscript) or die "cannot write $cscript: $!";
 	print $cf <<"EOS";
 \\set r random(0, 14)
 \\set c random(1, 2)
 INSERT INTO calls (run, k, cost, allowed, store, at, ts)
-SELECT 5, s.a || ':' || :r, :c, r.allowed, r.store, clock_timestamp(), r.reset_at
+SELECT :run, s.a || ':' || :r, :c, r.allowed, r.store, clock_timestamp(), r.reset_at
 FROM (SELECT (ARRAY['fixed_window', 'sliding_counter', 'token_bucket'])[1 + :r % 3] AS a) s,
-     rl_attempt('run5:' || s.a || ':' || :r, $lim, interval '$win_s seconds', :c, algorithm => s.a) r;
+     rl_attempt('run' || :run || ':' || s.a || ':' || :r, $lim, interval '$win_s seconds', :c, algorithm => s.a) r;
 EOS
 	close $cf;
-	# An outage longer than the window, so that it holds a boundary of the
-	# aligned windows (and buckets): a key Redis filled before the outage
-	# gets fallback admissions after the boundary, which Redis then learns.
-	my $t0 = time;
-	my ($out, $err) = ('', '');
-	my @cmd = ('pgbench', '-n', '-c', 8, '-j', 2, '-T', $duration + 2, '-f', $cscript,
-		'-h', $node1->host, '-p', $node1->port, 'postgres');
-	my $h = IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err);
-	my $down = sleep_until($t0, $down_at);
-	$redis->freeze;
-	my $up = sleep_until($t0, $down_at + $win_s + 0.5);
-	$redis->thaw;
-	bench_done({ h => $h, out => \$out, err => \$err, name => $node1->name }, 'counting');
+}
 
-	my $win_us = $win_s * 1_000_000;
+# counting_calls(run, nodes...): per key, [cost, store, returned at (us),
+# reset_at (us), node index, allowed] of every call of the run, by time; and
+# $late, the longest a call took from being sent to returning.
+my $late;
+sub counting_calls
+{
+	my ($run, @nodes) = @_;
 	my %by;
-	for my $line (split /\n/, $node1->safe_psql('postgres', q{
-		SELECT k, cost, store, (extract(epoch FROM at) * 1e6)::bigint,
-		       (extract(epoch FROM ts) * 1e6)::bigint
-		FROM calls WHERE run = 5 AND allowed ORDER BY at}))
+	$late = 0;
+	for my $i (0 .. $#nodes)
 	{
-		my ($k, $c, $st, $at, $reset) = split /\|/, $line;
-		push @{ $by{$k} }, [ $c, $st, $at, $reset ];
+		for my $line (split /\n/, $nodes[$i]->safe_psql('postgres', qq{
+			SELECT k, cost, store, (extract(epoch FROM at) * 1e6)::bigint,
+			       (extract(epoch FROM ts) * 1e6)::bigint, allowed,
+			       (extract(epoch FROM at - st) * 1e6)::bigint
+			FROM calls WHERE run = $run ORDER BY at}))
+		{
+			my ($k, $c, $st, $at, $reset, $ok, $took) = split /\|/, $line;
+			push @{ $by{$k} }, [ $c, $st, $at, $reset, $i, $ok eq 't' ];
+			$late = $took if $took > $late;
+		}
 	}
+	@$_ = sort { $a->[2] <=> $b->[2] } @$_ for values %by;
+	$late = 1_000_000 if $late > 1_000_000;
+	note(sprintf('run %d: the slowest call took %.3f s (the token bucket checks allow that much lateness, at most 1 s)', $run, $late / 1e6));
+	return \%by;
+}
+
+# window_sums(\@admissions): units per window (fixed_window: an admission's
+# reset_at is its window's end; sliding_counter: its bucket's start plus 2
+# windows, one value per bucket).
+sub window_sums
+{
+	my %sum;
+	$sum{ $_->[3] } += $_->[0] for @{ $_[0] };
+	return \%sum;
+}
+
+# gcra_ahead(\@admissions): how far one GCRA over the admissions, at the
+# times the calls returned, ran ahead of an admission (the most). A call
+# returns a little after it was decided, by a varying lateness (a bucket
+# found empty restarts at the later call's return), so the checks allow
+# 50 ms plus the longest a call of the run took (at most 1 s: a loaded or
+# sanitizer build's calls take longer); a store that forgot the other's
+# admissions runs seconds ahead (a whole window, 4 s).
+sub gcra_ahead
+{
+	my ($adm, $counted) = @_;
+	my $t = $win_s * 1_000_000 / $lim;
+	my ($tat, $ahead) = (0, -1e18);
+	for my $e (@$adm)
+	{
+		$tat = $e->[2] if $tat < $e->[2];
+		$tat += $e->[0] * $t;
+		$ahead = $tat - $e->[2] if $tat - $e->[2] > $ahead && (!$counted || $counted->($e));
+	}
+	return $ahead;
+}
+
+# counting_run(run, mode, nodes...): 8 clients in all on 15 keys (5 per
+# algorithm), Redis frozen ('frozen'), or killed and restarted empty
+# ('restarted') for longer than the window, so that the outage holds a
+# boundary of the aligned windows (and buckets): a key Redis filled before
+# the outage gets fallback admissions after the boundary, which Redis then
+# learns. Returns (calls by key, down, up).
+sub counting_run
+{
+	my ($run, $mode, @nodes) = @_;
+	my $t0 = time;
+	my @b;
+	for my $n (@nodes)
+	{
+		my ($out, $err) = ('', '');
+		my @cmd = ('pgbench', '-n', '-c', 8 / @nodes, '-j', 2, '-T', $duration + 2,
+			'-D', "run=$run", '-f', $cscript, '-h', $n->host, '-p', $n->port, 'postgres');
+		push @b, { h => IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err),
+			out => \$out, err => \$err, name => $n->name };
+	}
+	my $down = sleep_until($t0, $down_at);
+	$mode eq 'restarted' ? $redis->kill9 : $redis->freeze;
+	my $up = sleep_until($t0, $down_at + $win_s + 0.5);
+	$mode eq 'restarted' ? $redis->restart : $redis->thaw;
+	bench_done($_, "counting, run $run") for @b;
+	my $by = counting_calls($run, @nodes);
 	my %fb;
-	for my $k (keys %by) { $fb{ (split /:/, $k)[0] } += grep { $_->[1] eq 'fallback' } @{ $by{$k} } }
+	for my $k (keys %$by) { $fb{ (split /:/, $k)[0] } += grep { $_->[5] && $_->[1] eq 'fallback' } @{ $by->{$k} } }
 	for my $a (qw(fixed_window sliding_counter token_bucket))
 	{
-		cmp_ok($fb{$a} // 0, '>', 0, "counting, $a: the fallback store admitted (" . ($fb{$a} // 0) . ')');
+		cmp_ok($fb{$a} // 0, '>', 0, "counting, run $run, $a: the fallback store admitted (" . ($fb{$a} // 0) . ')');
 	}
+	return ($by, $down, $up);
+}
 
-	# fixed_window: an admission's reset_at is its window's end;
-	# sliding_counter: its bucket's start plus 2 windows.
+# The most units in one window (bucket) of any key of the algorithm, over
+# the admissions that pass $filter.
+sub counting_max
+{
+	my ($by, $a, $filter) = @_;
+	my ($max, $mk) = (0, '');
+	for my $k (grep { /^$a:/ } keys %$by)
+	{
+		my $sums = window_sums([ grep { $_->[5] && $filter->($_) } @{ $by->{$k} } ]);
+		for (values %$sums) { ($max, $mk) = ($_, $k) if $_ > $max }
+	}
+	return ($max, $mk);
+}
+
+sub token_max
+{
+	my ($by, $filter, $counted) = @_;
+	my ($ahead, $ak) = (-1e18, '');
+	for my $k (grep { /^token_bucket:/ } keys %$by)
+	{
+		my $x = gcra_ahead([ grep { $_->[5] && $filter->($_) } @{ $by->{$k} } ], $counted);
+		($ahead, $ak) = ($x, $k) if $x > $ahead;
+	}
+	return ($ahead, $ak);
+}
+
+my $win_us = $win_s * 1_000_000;
+
+# 5. Frozen and thawed: each algorithm keeps its own bound across both
+# switches, checked on every admission from either store.
+{
+	my ($by) = counting_run(5, 'frozen', $node1);
 	for my $a (qw(fixed_window sliding_counter))
 	{
-		my ($max, $mk) = (0, '');
-		for my $k (grep { /^$a:/ } keys %by)
-		{
-			my %sum;
-			$sum{ $_->[3] } += $_->[0] for @{ $by{$k} };
-			for (values %sum) { ($max, $mk) = ($_, $k) if $_ > $max }
-		}
+		my ($max, $mk) = counting_max($by, $a, sub { 1 });
 		cmp_ok($max, '<=', $lim, "counting, $a: at most lim in every window across both switches ($max, key $mk)");
 	}
+	my ($ahead, $ak) = token_max($by, sub { 1 });
+	cmp_ok($ahead, '<=', $win_us + 50_000 + $late, sprintf('counting, token_bucket: one bucket across both switches (the tat ran at most %.3f s ahead, key %s; window %d s)',
+		$ahead / 1e6, $ak, $win_s));
+}
 
-	# token_bucket: one GCRA over every admission, at the times the calls
-	# returned: the theoretical arrival time may run at most win ahead of
-	# an admission. A call returns a little after it was decided, by a
-	# varying lateness (a bucket found empty restarts at the later call's
-	# return), so the check allows 50 ms; a store that forgot the other's
-	# admissions runs seconds ahead.
-	my ($ahead, $ak) = (-1e18, '');
-	my $t = $win_us / $lim;
-	for my $k (grep { /^token_bucket:/ } keys %by)
+# 6. Killed and restarted empty: as for the sliding log, the bound holds
+# from the fallback store's admissions on (fallback and Redis after the
+# restart), and up to the restart (Redis before the kill and fallback).
+{
+	my ($by, $down, $up) = counting_run(6, 'restarted', $node1);
+	my %part = (
+		'from the outage on' => sub { $_[0][1] eq 'fallback' || $_[0][2] > $down * 1e6 },
+		'up to the restart'  => sub { $_[0][1] eq 'fallback' || $_[0][2] < $down * 1e6 });
+	for my $p (sort keys %part)
 	{
-		my $tat = 0;
-		for my $e (@{ $by{$k} })
+		for my $a (qw(fixed_window sliding_counter))
 		{
-			$tat = $e->[2] if $tat < $e->[2];
-			$tat += $e->[0] * $t;
-			($ahead, $ak) = ($tat - $e->[2], $k) if $tat - $e->[2] > $ahead;
+			my ($max, $mk) = counting_max($by, $a, $part{$p});
+			cmp_ok($max, '<=', $lim, "counting restarted, $a, $p: at most lim in every window ($max, key $mk)");
+		}
+		my ($ahead, $ak) = token_max($by, $part{$p});
+		cmp_ok($ahead, '<=', $win_us + 50_000 + $late, sprintf('counting restarted, token_bucket, %s: one bucket (the tat ran at most %.3f s ahead, key %s)',
+			$p, $ahead / 1e6, $ak));
+	}
+}
+
+# 7. Two servers sharing one Redis, 4 clients each, frozen and thawed: at
+# most 2 x lim in a window (2 x the burst) during the outage; once both
+# servers have had a Redis answer for the key (each carries the key's
+# admissions back before its first), a window (bucket) that holds an
+# admission after that holds at most lim in all, and the token bucket over
+# both servers' admissions runs at most win ahead of such an admission.
+{
+	my ($by, $down, $up) = counting_run(7, 'frozen', $node1, $node2);
+	my %both;		# per key: when both servers had had a Redis answer after the thaw
+	for my $k (keys %$by)
+	{
+		my %after;
+		for my $e (@{ $by->{$k} })
+		{
+			$after{ $e->[4] } //= $e->[2] if $e->[1] eq 'redis' && $e->[2] > $up * 1e6;
+		}
+		$both{$k} = (sort { $b <=> $a } values %after)[0] if keys %after == 2;
+	}
+	cmp_ok(scalar(keys %both), '>=', 12, 'two servers: most keys had Redis answers on both servers after the thaw ('
+		. scalar(keys %both) . ' of 15)');
+	for my $a (qw(fixed_window sliding_counter))
+	{
+		my ($max, $mk) = counting_max($by, $a, sub { 1 });
+		cmp_ok($max, '<=', 2 * $lim, "two servers, $a: at most 2 x lim in any window ($max, key $mk)");
+		my ($amax, $ak) = (0, '');
+		for my $k (grep { /^$a:/ && defined $both{$_} } keys %$by)
+		{
+			my @adm = grep { $_->[5] } @{ $by->{$k} };
+			my %late = map { $_->[3] => 1 } grep { $_->[2] > $both{$k} } @adm;
+			my $sums = window_sums(\@adm);
+			for my $w (keys %late) { ($amax, $ak) = ($sums->{$w}, $k) if $sums->{$w} > $amax }
+		}
+		cmp_ok($amax, '<=', $lim, "two servers, $a: once both had a Redis answer, a window admitting more holds at most lim in all ($amax, key $ak)");
+	}
+	# The token bucket is not one GCRA over the union of two servers: each
+	# server's fallback bucket refills on its own during the outage. What is
+	# promised: each fallback bucket starts where Redis's stood in that
+	# server's last answer (so during the outage, N buckets, each at most
+	# win ahead), and a server's first Redis call of the key after the thaw
+	# moves Redis's bucket ahead by as much as that server's fallback bucket
+	# stood ahead then. The check replays that model over the calls: every
+	# fallback admission leaves its server's modelled bucket at most win
+	# ahead (a fallback store that forgot Redis's count runs ahead of it),
+	# and every admission after both carries leaves the modelled Redis
+	# bucket at most win ahead (a Redis that missed a server's fallback
+	# admissions admits while the model's bucket is still full).
+	my $t = $win_us / $lim;
+	my ($fahead, $fk) = (-1e18, '');
+	my ($lahead, $lk) = (-1e18, '');
+	for my $k (grep { /^token_bucket:/ && defined $both{$_} } keys %$by)
+	{
+		my ($r, %f, %carried, %seen) = (0);
+		for my $e (@{ $by->{$k} })
+		{
+			my ($c, $st, $at, undef, $node, $ok) = @$e;
+			if ($st eq 'fallback')
+			{
+				$f{$node} //= $seen{$node} // 0;
+				next unless $ok;
+				$f{$node} = $at if $f{$node} < $at;
+				$f{$node} += $c * $t;
+				($fahead, $fk) = ($f{$node} - $at, $k) if $f{$node} - $at > $fahead;
+				next;
+			}
+			if ($at > $up * 1e6 && !$carried{$node}++ && defined $f{$node})
+			{
+				$r = $at if $r < $at;
+				$r += $f{$node} - $at if $f{$node} > $at;
+			}
+			$seen{$node} = $r;
+			next unless $ok;
+			$r = $at if $r < $at;
+			$r += $c * $t;
+			$seen{$node} = $r;
+			($lahead, $lk) = ($r - $at, $k) if $at > $both{$k} && $r - $at > $lahead;
 		}
 	}
-	cmp_ok($ahead, '<=', $win_us + 50_000, sprintf('counting, token_bucket: one bucket across both switches (the tat ran at most %.3f s ahead, key %s; window %d s)',
-		$ahead / 1e6, $ak, $win_s));
+	cmp_ok($fahead, '<=', $win_us + 50_000 + $late, sprintf('two servers, token_bucket: during the outage each server\'s fallback bucket started where Redis\'s stood (%.3f s ahead, key %s)',
+		$fahead / 1e6, $fk));
+	cmp_ok($lahead, '<=', $win_us + 50_000 + $late, sprintf('two servers, token_bucket: once both had a Redis answer, Redis\'s bucket held both servers\' fallback buckets (%.3f s ahead, key %s)',
+		$lahead / 1e6, $lk));
 }
 
 # ---------------------------------------------------------------------
