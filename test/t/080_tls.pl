@@ -212,7 +212,12 @@ is($tls_n, '100000|100000|100000', '3 x 100k calls answered by Redis over TLS');
 is($plain_n, '100000|100000|100000', 'and over plain TCP');
 cmp_ok($tls_kb, '<', 128,
 	"the third 100k calls over TLS grew private memory by $tls_kb kB (< 128 kB)");
-cmp_ok($tls_kb, '<=', $plain_kb + 64,
+# A backend's private memory can also shrink between the readings (the
+# allocator, or the sanitizer build's quarantine, hands pages back: -312 kB
+# over plain TCP in one sanitize run); a shrinking baseline says nothing
+# about TLS, so it counts as no growth.
+my $plain_grew = $plain_kb > 0 ? $plain_kb : 0;
+cmp_ok($tls_kb, '<=', $plain_grew + 64,
 	"the third 100k calls grew private memory by $tls_kb kB over TLS, $plain_kb kB over plain TCP");
 
 # ---------------------------------------------------------------------
