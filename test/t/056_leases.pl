@@ -7,7 +7,7 @@
 #    acquiring, before finishing) never overlap more than 3 deep;
 #  - a waiter is woken by a release, well before the lease could end it,
 #    and a wait that times out takes nothing; rl_stats counts the waits;
-#  - rl_release while Redis is frozen keeps the slot for COMMIT to
+#  - rl_release that cannot be sent keeps the slot for COMMIT to
 #    release; a release that never reaches Redis is counted as lost;
 #  - kill -9 of a holder: its slot stays taken while the lease runs (2 s),
 #    then frees, and never before;
@@ -175,21 +175,31 @@ $h->quit;
 cmp_ok($b_node->safe_psql('postgres', 'SELECT slot_waits FROM rl_stats'), '>=', 2,
 	'rl_stats counts the two waits');
 
-# rl_release while Redis cannot answer: the slot is not dropped from the
-# transaction; COMMIT releases it once Redis answers again (long before its
-# 10-minute lease would).
+# rl_release that cannot be sent (the backend's breaker is open after a
+# call that timed out against a frozen Redis, now thawed): the slot is not
+# dropped from the transaction. It is released on the path of the
+# releases at COMMIT, which are sent again once this backend may reach
+# Redis again (its next call), long before the slot's 10-minute lease would
+# end it. A frozen Redis alone would not show it: a command sent to it runs
+# when it wakes, the release included.
 my $f = $a_node->background_psql('postgres', on_error_stop => 0);
+$f->query_safe("SET slidewin.redis_retry_interval = '3s'");
 $f->query_safe('BEGIN');
 is($f->query_safe(q{SELECT acquired FROM rl_acquire('ls:f', 1, '10 minutes')}), 't', 'a holds ls:f');
 $redis->freeze;
-is($f->query(q{SELECT rl_release('ls:f')}), 't', 'rl_release with Redis frozen says the slot was held');
-like($f->{stderr}, qr/could not release a concurrency slot now/, 'and warns that it is released later');
+my $failed_at = time;
+$f->query(q{SELECT rl_holders('ls:f', 'fallback')});
 $redis->thaw;
 $f->{stderr} = '';
+is($f->query(q{SELECT rl_release('ls:f')}), 't', 'rl_release with the breaker open says the slot was held');
+like($f->{stderr}, qr/could not release a concurrency slot now/, 'and warns that it is released later');
+cmp_ok(time - $failed_at, '<', 3, 'while the breaker was open');
+is($b_node->safe_psql('postgres', q{SELECT rl_holders('ls:f')}), '1', 'it is still held in Redis');
 $f->query('COMMIT');
-is($f->{stderr}, '', 'COMMIT after the thaw, without a warning');
+usleep(int(1e6 * ($failed_at + 3.3 - time))) if $failed_at + 3.3 > time;
+$f->query(q{SELECT count(*) FROM rl_backend_stats()});
 is($b_node->safe_psql('postgres', q{SELECT rl_holders('ls:f')}), '0',
-	'COMMIT released the slot that rl_release could not');
+	'the release kept for COMMIT reached Redis with the backend\'s next call');
 $f->quit;
 
 # A release that never reaches Redis (the backend exits while Redis is
