@@ -264,7 +264,7 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 	}
 	heap_freetuple(tup);
 	carry_close(&c);
-	outage_fallback_wrote();
+	outage_fallback_wrote(args, cost);
 }
 
 void

@@ -40,7 +40,7 @@
  *
  * Whether this database may have rows to carry is known without a lookup:
  * a counter in shared memory moves on every fallback admission on the
- * server, and a backend looks at the table only when it has moved since it
+ * server, and again when its transaction commits, and a backend looks at the table only when it has moved since it
  * last found the table empty, or when it wrote a row itself. So the normal
  * path, with nothing waiting, reads one atomic and makes no round trip.
  *
@@ -57,10 +57,13 @@
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "fallback.h"
 #include "fallback_block.h"
@@ -85,6 +88,9 @@ typedef struct OutageSlot
 	int64		frees_at;		/* fallback clock: the newest of them leaves the window */
 	int64		redis_frees;	/* the same on Redis's clock, as Redis answered it */
 	int64		inflight;		/* units of calls of the key sent to Redis, not yet noted */
+	int64		fb_pending;		/* units of fallback admissions not yet committed
+								 * (of any key of this slot: see outage_fallback_wrote) */
+	uint64		fb_written;		/* fallback admissions ever counted in fb_pending */
 } OutageSlot;
 
 typedef struct OutageShared
@@ -125,6 +131,45 @@ inflight_end(void)
 	}
 }
 
+/*
+ * This backend's fallback admissions not yet committed, per slot: counted
+ * in the slot's fb_pending until the transaction ends (see
+ * outage_fallback_wrote). A few slots at most in practice; the array grows.
+ */
+typedef struct PendingSlot
+{
+	OutageSlot *slot;
+	int64		units;
+} PendingSlot;
+
+static PendingSlot *pending = NULL;
+static int	n_pending = 0;
+static int	max_pending = 0;
+
+static void
+pending_end(void)
+{
+	for (int i = 0; i < n_pending; i++)
+	{
+		SpinLockAcquire(&pending[i].slot->mutex);
+		pending[i].slot->fb_pending -= pending[i].units;
+		SpinLockRelease(&pending[i].slot->mutex);
+	}
+	n_pending = 0;
+}
+
+static int64
+pending_mine(OutageSlot *slot)
+{
+	for (int i = 0; i < n_pending; i++)
+		if (pending[i].slot == slot)
+			return pending[i].units;
+	return 0;
+}
+
+/* Whether this transaction wrote rows to carry (outage_fallback_wrote). */
+static bool wrote_in_xact = false;
+
 /* The carry-back state of this backend (see the header comment). */
 static bool carry_maybe = true;
 static uint64 carry_epoch_seen = 0;
@@ -150,6 +195,19 @@ outage_xact_callback(XactEvent event, void *arg)
 		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_PREPARE)
 	{
+		/* at COMMIT the rows are visible to every backend by now */
+		pending_end();
+
+		/*
+		 * The epoch moved when the rows were written, and a backend that
+		 * looked meanwhile found none (not yet committed) and stopped
+		 * looking: move it again now that they can be found.
+		 */
+		if (wrote_in_xact && shared != NULL &&
+			(event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+			 event == XACT_EVENT_PREPARE))
+			pg_atomic_fetch_add_u64(&shared->epoch, 1);
+		wrote_in_xact = false;
 		carried_in_xact = false;
 		key_locked = false;		/* a transaction's lock: gone with it */
 	}
@@ -377,12 +435,107 @@ outage_forget(const RlArgs *args)
 	SpinLockRelease(&slot->mutex);
 }
 
+/*
+ * The fallback store wrote the carry row of an admission of args' key (cost
+ * units). Until the transaction commits, a call that carries the key cannot
+ * see the row, and Redis would decide without it: the units are counted in
+ * the key's slot (fb_pending) meanwhile, so that such a call waits for the
+ * commit (outage_carry). Counted by slot, whatever key holds it: another
+ * key of the same slot can only make a carry wait, never miss a row.
+ */
 void
-outage_fallback_wrote(void)
+outage_fallback_wrote(const RlArgs *args, int64 cost)
 {
+	OutageSlot *slot;
+	int			i;
+
 	carry_maybe = true;
-	if (shared != NULL)
-		pg_atomic_fetch_add_u64(&shared->epoch, 1);
+	wrote_in_xact = true;
+	if (shared == NULL)
+		return;
+	pg_atomic_fetch_add_u64(&shared->epoch, 1);
+	if (!seeds_active() || args->algorithm != ALGO_SLIDING_LOG)
+		return;
+	slot = &shared->slots[outage_keyhash(args) % slidewin_outage_keys];
+	for (i = 0; i < n_pending; i++)
+		if (pending[i].slot == slot)
+			break;
+	if (i == n_pending)
+	{
+		if (n_pending == max_pending)
+		{
+			int			n = Max(8, 2 * max_pending);
+
+			pending = pending
+				? repalloc(pending, n * sizeof(PendingSlot))
+				: MemoryContextAlloc(TopMemoryContext, n * sizeof(PendingSlot));
+			max_pending = n;
+		}
+		pending[i].slot = slot;
+		pending[i].units = 0;
+		n_pending++;
+	}
+	SpinLockAcquire(&slot->mutex);
+	slot->fb_pending += cost;
+	slot->fb_written++;
+	SpinLockRelease(&slot->mutex);
+	pending[i].units += cost;
+}
+
+/*
+ * The longest a carrying call waits for other backends' fallback admissions
+ * of its key to commit. They commit within their statement, in microseconds;
+ * a transaction left open after one (or a prepared one) would otherwise
+ * hold every carry of the key: past this, the carry goes on without it, and
+ * that admission reaches Redis with the next call after its commit.
+ */
+#define PENDING_WAIT_MS 100
+
+/*
+ * A wait that ran out: on this slot, after this many admissions. While no
+ * new one comes, what is left uncommitted is what the wait gave up on, and
+ * this backend does not wait for it again (one long-open transaction must
+ * not cost every later call of the key the whole wait).
+ */
+static OutageSlot *gave_up_slot = NULL;
+static uint64 gave_up_written = 0;
+
+/*
+ * Before a sliding log's carry: wait until no other backend holds an
+ * uncommitted fallback admission of the key's slot (at most PENDING_WAIT_MS,
+ * interruptibly), so that the rows read next hold every admission made so
+ * far. A fallback admission that starts after that counts this call as in
+ * flight (outage_asking), so none slips between the carry and the decision.
+ */
+static void
+wait_pending(const RlArgs *args)
+{
+	OutageSlot *slot = &shared->slots[outage_keyhash(args) % slidewin_outage_keys];
+	int64		mine = pending_mine(slot);
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PENDING_WAIT_MS);
+
+	for (;;)
+	{
+		int64		others;
+		uint64		written;
+
+		SpinLockAcquire(&slot->mutex);
+		others = slot->fb_pending - mine;
+		written = slot->fb_written;
+		SpinLockRelease(&slot->mutex);
+		if (others <= 0 || (slot == gave_up_slot && written == gave_up_written))
+			return;
+		if (GetCurrentTimestamp() >= deadline)
+		{
+			gave_up_slot = slot;
+			gave_up_written = written;
+			return;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 /* Rows carried per script: one round trip carries at most this many. */
@@ -472,14 +625,16 @@ outage_carry(const RlArgs *args, RedisResult *r)
 	 * new count in shared memory. Without it, an admission committed just
 	 * after the rows were read would be missing from that decision. Only
 	 * while admissions may wait to be carried, that is, around an outage.
-	 * (The logs' admissions claim the key's head instead; see
-	 * doc/failure-modes.md for the race they keep.)
+	 * (The logs' admissions claim the key's head instead, and are waited
+	 * for through their slot's count of uncommitted admissions.)
 	 */
 	if (args->algorithm != ALGO_SLIDING_LOG)
 	{
 		fallback_lock_key(args, &key_lock);
 		key_locked = true;
 	}
+	else if (seeds_active())
+		wait_pending(args);
 	return carry_one(args, &found, r);
 }
 

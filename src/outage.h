@@ -52,8 +52,11 @@ extern bool outage_seed(const RlArgs *args, OutageSeed *seed);
 /* rl_reset: what Redis had counted for the key no longer holds. */
 extern void outage_forget(const RlArgs *args);
 
-/* The fallback store wrote a row that Redis must learn of. */
-extern void outage_fallback_wrote(void);
+/*
+ * The fallback store wrote the row of an admission (cost units) that Redis
+ * must learn of; until the transaction ends, a carry of the key waits for it.
+ */
+extern void outage_fallback_wrote(const RlArgs *args, int64 cost);
 
 /*
  * Before Redis decides a call: carry the fallback store's admissions of the

@@ -603,6 +603,33 @@ my $win_us = $win_s * 1_000_000;
 	ok($url ne '', 'the node still points at Redis');
 }
 
+# ---------------------------------------------------------------------
+# 8. A carry and a fallback admission of its key not yet committed: the
+# carry waits (at most 100 ms) for it, so that Redis's decision counts it
+# if it commits meanwhile (as an admission does within its statement); a
+# transaction left open after it is waited for once, not at every call.
+# ---------------------------------------------------------------------
+{
+	my $dead = SlidewinTest::free_port();
+	my $a = $node1->background_psql('postgres', on_error_stop => 0);
+	$a->query_safe("SET slidewin.redis_url = 'redis://127.0.0.1:$dead'");
+	$a->query_safe('BEGIN');
+	is($a->query_safe(q{SELECT (r).store || ',' || (r).allowed FROM (SELECT rl_attempt('pend', 100, '1 minute', 5) r) s}),
+		'fallback,true', '(8) a fallback admission of 5 units, its transaction left open');
+	my $b = $node1->background_psql('postgres', on_error_stop => 0);
+	my $sql = q{SELECT (rl_attempt('pend', 100, '1 minute')).remaining || ',' || round(extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000)};
+	my ($rem, $ms) = split /,/, $b->query_safe($sql);
+	is($rem, 99, '(8) Redis cannot count an admission not yet committed');
+	cmp_ok($ms, '>=', 90, "(8) the carrying call waited for it first ($ms ms)");
+	($rem, $ms) = split /,/, $b->query_safe($sql);
+	cmp_ok($ms, '<', 90, "(8) and does not wait for the same one again ($ms ms)");
+	$a->query_safe('COMMIT');
+	($rem, $ms) = split /,/, $b->query_safe($sql);
+	is($rem, 92, '(8) committed, it is carried with the next call (100 - 5 - 3 units)');
+	$a->quit;
+	$b->quit;
+}
+
 for my $n ($node1, $node2)
 {
 	unlike(slurp_file($n->logfile), qr/PANIC|terminated by signal/, $n->name . ': no crash');
