@@ -40,9 +40,10 @@
  *
  * Whether this database may have rows to carry is known without a lookup:
  * a counter in shared memory moves on every fallback admission on the
- * server, and again when its transaction commits, and a backend looks at the table only when it has moved since it
- * last found the table empty, or when it wrote a row itself. So the normal
- * path, with nothing waiting, reads one atomic and makes no round trip.
+ * server, and again when its transaction commits, and a backend looks at
+ * the table only when it has moved since it last found the table empty, or
+ * when it wrote a row itself. So the normal path, with nothing waiting,
+ * reads one atomic and makes no round trip.
  *
  * This file decides nothing about policy and formats no Redis command.
  *
