@@ -352,9 +352,9 @@ fallback_carry_collect(const RlArgs *args, int max, const ItemPointerData *skip,
 	text	   *key = NULL;
 	int16		algo = 0;
 
+	memset(c, 0, sizeof(*c));
 	if (!lookup_oids())
 		return false;
-	memset(c, 0, sizeof(*c));
 	carry_open(&r, RowExclusiveLock);
 	/* a table that never held a row has no page: nothing to descend */
 	if (RelationGetNumberOfBlocks(r.rel) == 0)
@@ -405,6 +405,7 @@ fallback_carry_collect(const RlArgs *args, int max, const ItemPointerData *skip,
 			carry_close(&r);
 			return false;
 		}
+		c->waiting = true;
 		memset(&c->args, 0, sizeof(c->args));
 		c->args.algorithm = (RlAlgorithm) algo;
 		c->args.keylen = VARSIZE_ANY_EXHDR(key) - plen;

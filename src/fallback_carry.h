@@ -32,13 +32,16 @@ typedef struct FallbackCarry
 	StringInfoData entries;		/* "id,age,cost,win,lim,reach;" each (lua_log_import) */
 	int			n;
 	ItemPointerData *tids;
+	bool		waiting;		/* args NULL: a key had rows waiting (even if
+								 * they were gone by the time they were read) */
 } FallbackCarry;
 
 /*
  * Up to max rows of args' key, or (args NULL) of the key with the row
  * that leaves its window first, among the keys under today's prefix,
  * leaving out the nskip rows of skip. Rows already out of their windows are
- * deleted on the way. False: none.
+ * deleted on the way. False: none (with args NULL, c->waiting says whether
+ * the table had rows of some key waiting all the same).
  */
 extern bool fallback_carry_collect(const RlArgs *args, int max,
 								   const ItemPointerData *skip, int nskip,
