@@ -32,7 +32,8 @@
 #     bounds from the fallback store's admissions on, and up to the restart;
 #  7. the counting algorithms on two servers: at most 2 x lim (two bursts)
 #     during the outage, and once both servers had a Redis answer for a
-#     key, each algorithm's bound over the union of both servers.
+#     key after their last fallback call of it, each algorithm's bound over
+#     the union of both servers.
 #
 # No pgbench transaction fails in any of them.
 use strict;
@@ -227,7 +228,14 @@ my $stats_sql = q{SELECT outage_seeded_units, outage_carried, outage_carry_pendi
 	# was the old Redis's, lost with its data.
 	my ($max, $k, $t) = fullest(\@rows, sub { $_[0][2] eq 'fallback' || $_[0][0] > $restart_at });
 	cmp_ok($max, '<=', $lim, sprintf('restarted: from the outage on (fallback and Redis after it) the fullest window holds %d (key %s, ending +%.2f s)',
-		$max, $k, $t - $t0));
+		$max, $k, $t - $t0))
+	  or diag("the key's admissions around that window (+s from the start; at: returned, ts: admitted):\n"
+		. $node1->safe_psql('postgres', qq{
+			SELECT round((extract(epoch FROM at) - $t0)::numeric, 4) AS at,
+			       round((extract(epoch FROM ts) - $t0)::numeric, 4) AS ts, cost, allowed, store
+			FROM calls WHERE run = 2 AND k = '$k'
+			  AND at > to_timestamp($t - $win_s - 0.5) AND at < to_timestamp($t + 0.5) AND allowed
+			ORDER BY at}));
 	($max, $k, $t) = fullest(\@rows, sub { $_[0][2] eq 'fallback' || $_[0][0] < $restart_at });
 	cmp_ok($max, '<=', $lim, sprintf('restarted: up to the restart (Redis before it and the fallback) the fullest window holds %d (key %s, ending +%.2f s)',
 		$max, $k, $t - $t0));
@@ -251,9 +259,15 @@ my $stats_sql = q{SELECT outage_seeded_units, outage_carried, outage_carry_pendi
 	for my $i (0, 1)
 	{
 		my $n = ($node1, $node2)[$i];
+		# A backend whose breaker was still open decides in the fallback
+		# store for up to redis_retry_interval after the thaw, counting what
+		# its server last heard from Redis, not the other server's
+		# admissions since: the bound holds once each server has carried
+		# its last fallback admission, with its first Redis call after it.
 		$first{$i} = $n->safe_psql('postgres', qq{
 			SELECT extract(epoch FROM min(at)) FROM calls
-			WHERE run = 3 AND store = 'redis' AND extract(epoch FROM at) > $up});
+			WHERE run = 3 AND store = 'redis' AND extract(epoch FROM at) > $up
+			  AND at > (SELECT coalesce(max(at), '-infinity') FROM calls WHERE run = 3 AND store = 'fallback')});
 	}
 	my $both = $first{0} > $first{1} ? $first{0} : $first{1};
 	note(sprintf('two servers: thawed at +%.2f s; first Redis answers at +%.2f s and +%.2f s',
@@ -450,13 +464,24 @@ my $win_us = $win_s * 1_000_000;
 # both servers' admissions runs at most win ahead of such an admission.
 {
 	my ($by, $down, $up) = counting_run(7, 'frozen', $node1, $node2);
-	my %both;		# per key: when both servers had had a Redis answer after the thaw
+	# Per key: when both servers had had a Redis answer after the thaw and
+	# after their last fallback call of the key (a backend whose breaker was
+	# still open decides in the fallback store for up to
+	# redis_retry_interval after the thaw, knowing only what its own server
+	# last heard from Redis; each server carries its admissions with its
+	# next Redis call of the key).
+	my %both;
 	for my $k (keys %$by)
 	{
-		my %after;
+		my (%last_fb, %after);
 		for my $e (@{ $by->{$k} })
 		{
-			$after{ $e->[4] } //= $e->[2] if $e->[1] eq 'redis' && $e->[2] > $up * 1e6;
+			$last_fb{ $e->[4] } = $e->[2] if $e->[1] eq 'fallback';
+		}
+		for my $e (@{ $by->{$k} })
+		{
+			$after{ $e->[4] } //= $e->[2]
+			  if $e->[1] eq 'redis' && $e->[2] > $up * 1e6 && $e->[2] > ($last_fb{ $e->[4] } // 0);
 		}
 		$both{$k} = (sort { $b <=> $a } values %after)[0] if keys %after == 2;
 	}
