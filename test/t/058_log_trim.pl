@@ -15,16 +15,29 @@ use SlidewinTest;
 my $redis = SlidewinTest::start_redis();
 my $node = SlidewinTest::new_node('trim', $redis, [ 'slidewin.redis_retry_interval = 0' ]);
 
-# Calls at T0 + ms, on the test clock; remaining as Redis answered.
+# Calls at T0 + ms, on the test clock; remaining as Redis answered. The
+# window is 1 s of the test clock, and the script gives the key an expiry
+# of about that in Redis, which counts real time: a slow step (a sanitizer
+# build took 1.2 s for one) would let the key expire between two calls. So
+# the keys are kept 10 minutes after each call; what is tested is the
+# layout of the log, not its expiry.
 my $t0 = '2030-01-01 00:00:00+00';
+sub keep_keys
+{
+	my ($key) = @_;
+	$redis->cli('pexpire', "slidewin:$_:$key", '600000') for qw(log logr);
+	return;
+}
 sub call_at
 {
 	my ($key, $ms, $lim, $cost) = @_;
 	$cost //= 1;
-	return $node->safe_psql('postgres', qq{
+	my $r = $node->safe_psql('postgres', qq{
 		SELECT set_config('slidewin.test_now', ('$t0'::timestamptz + interval '$ms milliseconds')::text, false) \\g /dev/null
 		SELECT (r).allowed, (r).remaining, (r).store
 		FROM rl_attempt('$key', $lim, '1 second', $cost) r});
+	keep_keys($key);
+	return $r;
 }
 sub log_of { return [ split /\n/, scalar $redis->cli('zrange', "slidewin:log:$_[0]", '0', '-1', 'withscores') ] }
 sub zcard { return $redis->cli('zcard', $_[0]) }
@@ -74,6 +87,7 @@ $node->safe_psql('postgres', qq{
 	SET LOCAL slidewin.refund_on_abort = on;
 	SELECT rl_attempt('trim:led', 10, '1 second', 3);
 	ROLLBACK;});
+keep_keys('trim:led');
 call_at('trim:led', 40_100 + $_ * 100, 10) for 0 .. 3;
 is(call_at('trim:led', 40_600, 10, 6), 't|0|redis',
 	'ledger: the refunded 3 units do not count (4 + 6 of 10)');
