@@ -248,14 +248,21 @@ load_map(TimestampTz deadline, RedisResult *result)
 }
 
 /*
- * The slot a command's key is in: the first key of EVALSHA/EVAL, the first
- * argument of anything else that has one; -1 for a command without a key.
+ * The slot a command's key is in: the first key of EVALSHA/EVAL/FCALL, the
+ * first argument of anything else that has one; -1 for a command without a
+ * key. A command that names no key of its own but must go where a key lives
+ * (FUNCTION LOAD, before the FCALL that found no function there) is routed
+ * by route_key instead.
  */
 static int
-command_slot(int argc, const char **argv, const size_t *lens)
+command_slot(int argc, const char **argv, const size_t *lens,
+			 const char *route_key, size_t route_len)
 {
+	if (route_key != NULL)
+		return cluster_key_slot(route_key, route_len);
 	if (argc >= 4 && (pg_strcasecmp(argv[0], "EVALSHA") == 0 ||
-					  pg_strcasecmp(argv[0], "EVAL") == 0))
+					  pg_strcasecmp(argv[0], "EVAL") == 0 ||
+					  pg_strcasecmp(argv[0], "FCALL") == 0))
 		return atoi(argv[2]) > 0 ? cluster_key_slot(argv[3], lens[3]) : -1;
 	if (argc >= 2)
 		return cluster_key_slot(argv[1], lens[1]);
@@ -285,10 +292,10 @@ send_asking(TimestampTz deadline, RedisResult *result)
 
 void
 redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
-				   RedisResult *result)
+				   const char *route_key, size_t route_len, RedisResult *result)
 {
 	TimestampTz deadline = ms_from_now(slidewin_connect_timeout + slidewin_command_timeout);
-	int			slot = command_slot(argc, argv, argvlen);
+	int			slot = command_slot(argc, argv, argvlen, route_key, route_len);
 	int			node;
 	char		host[256];
 	int			port;

@@ -268,6 +268,13 @@ void
 redis_exec(int argc, const char **argv, const size_t *argvlen,
 		   RedisResult *result)
 {
+	redis_exec_at(NULL, 0, argc, argv, argvlen, result);
+}
+
+void
+redis_exec_at(const char *route_key, size_t route_len, int argc,
+			  const char **argv, const size_t *argvlen, RedisResult *result)
+{
 	bool		reused;
 	RedisStatus st;
 
@@ -288,7 +295,7 @@ redis_exec(int argc, const char **argv, const size_t *argvlen,
 				in_routed_hook = false;
 			}
 			if (st == RS_OK && argc > 0)
-				redis_cluster_exec(argc, argv, argvlen, result);
+				redis_cluster_exec(argc, argv, argvlen, route_key, route_len, result);
 		}
 		PG_CATCH();
 		{

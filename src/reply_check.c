@@ -281,22 +281,47 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 	if (rep->type != REDIS_REPLY_ARRAY)
 		return refuse(why, whysize, "The %s %s reply is %s, not an array of %zu integers.",
 					  call->algorithm_name, kind, reply_type_name(rep), n);
-	if (rep->elements != n)
-		return refuse(why, whysize, "The %s %s reply has %zu elements, not %zu.",
-					  call->algorithm_name, kind, rep->elements, n);
 	v[RF_STABLE] = 0;
 	v[RF_WINDOW] = 0;
-	for (size_t i = 0; i < n; i++)
+	/*
+	 * The sliding log's attempt answers an admission on a key not blocked
+	 * with {remaining, recorded}; the other fields follow from them, and
+	 * every check below still applies to the whole.
+	 */
+	if (call->algorithm == ALGO_SLIDING_LOG && !call->peek && rep->elements == 2)
 	{
-		int			f = (i == RF_STABLE && multi) ? RF_WINDOW : (int) i;
-
-		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
-			return refuse(why, whysize, "Field \"%s\" of the %s %s reply is %s, not an integer.",
-						  field_names[f], call->algorithm_name, kind,
-						  reply_type_name(rep->element[i]));
-		v[f] = rep->element[i]->integer;
+		for (size_t i = 0; i < 2; i++)
+			if (rep->element[i]->type != REDIS_REPLY_INTEGER)
+				return refuse(why, whysize, "Field \"%s\" of the %s %s reply is %s, not an integer.",
+							  field_names[i == 0 ? RF_REMAINING : RF_RECORDED],
+							  call->algorithm_name, kind,
+							  reply_type_name(rep->element[i]));
+		v[RF_ALLOWED] = 1;
+		v[RF_REMAINING] = rep->element[0]->integer;
+		v[RF_RETRY] = 0;
+		v[RF_RECORDED] = rep->element[1]->integer;
+		/* out of range sums become values the checks refuse */
+		if (__builtin_sub_overflow(call->lim, v[RF_REMAINING], &v[RF_USED]))
+			v[RF_USED] = -1;
+		if (__builtin_add_overflow(v[RF_RECORDED], call->win_us, &v[RF_RESET]))
+			v[RF_RESET] = -1;
 	}
+	else if (rep->elements != n)
+		return refuse(why, whysize, "The %s %s reply has %zu elements, not %zu%s.",
+					  call->algorithm_name, kind, rep->elements, n,
+					  call->algorithm == ALGO_SLIDING_LOG && !call->peek ?
+					  " (or 2 for an admission)" : "");
+	else
+		for (size_t i = 0; i < n; i++)
+		{
+			int			f = (i == RF_STABLE && multi) ? RF_WINDOW : (int) i;
 
+			if (rep->element[i]->type != REDIS_REPLY_INTEGER)
+				return refuse(why, whysize, "Field \"%s\" of the %s %s reply is %s, not an integer.",
+							  field_names[f], call->algorithm_name, kind,
+							  reply_type_name(rep->element[i]));
+			v[f] = rep->element[i]->integer;
+		}
 	ck.call = call;
 	ck.kind = kind;
 	ck.v = v;

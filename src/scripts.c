@@ -56,6 +56,8 @@
 
 #include "common/cryptohash.h"
 #include "common/sha1.h"
+#include "lib/stringinfo.h"
+#include "utils/memutils.h"
 
 #include "scripts.h"
 
@@ -76,7 +78,8 @@
 "local function clock(arg)\n" \
 "  if arg ~= '' then clock_s = arg; return tonumber(arg) end\n" \
 "  local t = redis.call('TIME')\n" \
-"  clock_s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]\n" \
+"  if #t[2] == 6 then clock_s = t[1] .. t[2]\n" \
+"  else clock_s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2] end\n" \
 "  return tonumber(t[1]) * 1000000 + tonumber(t[2])\n" \
 "end\n" \
 "-- Under Cluster the block key is kept too (bkeep: its key, else false),\n" \
@@ -260,43 +263,50 @@
  * if nothing else wrote to the key: until the oldest entry in the window
  * leaves it, or retry_after, whichever comes first. A forced call over the
  * limit reports allowed = 0 with the retry_after it would have had; a call
- * on a blocked key, allowed = 2 (see blocked).
+ * on a blocked key, allowed = 2 (see blocked). A call admitted on a key not
+ * blocked returns only {remaining, recorded}: the rest follows (allowed 1,
+ * retry_after 0, reset_at recorded + win, used lim - remaining, stable 0),
+ * and a reply of seven numbers costs Redis about 3 % more of the call.
  */
-static const char lua_log_attempt[] = LUA_PRELUDE
-"local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n"
-"if ARGV[6] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n"
-"local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
-"local now = clock(ARGV[4])\n"
-"local base, r0, rb, fm, fs, total, last_ts = trim(key, lk, now - win, true)\n"
-"if not total then total, last_ts = newest(key, base) end\n"
-"local rt, rlast = rb, nil\n"
-"if lk then rt, rlast = ledger_newest(lk, rb) end\n"
-"local used = total - base - (rt - rb)\n"
-"local ok = used + cost <= lim\n"
-"local retry, rem = 0, lim - used - cost\n"
-"if not ok or bend > now then\n"
-"  rem = lim - used\n"
-"  if rem < 0 then rem = 0 end\n"
-"  local first = nil\n"
-"  if not ok then\n"
-"    local free_at\n"
-"    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim, fm, fs)\n"
-"    retry = free_at + win - now\n"
-"  elseif used > 0 then\n"
-"    if fs then first = tonumber(fs) else first = select(2, net_at(key, lk, r0, base, rb)) end\n"
-"  end\n"
-"  if ARGV[5] ~= '1' then\n"
-"    local reset = now\n"
-"    if used > 0 then reset = last_live(key, lk, r0, base, rb, used, last_ts, rlast) + win end\n"
-"    local r = blocked({0, rem, retry, reset, used, -1, 0}, bend, now)\n"
-"    r[7] = r[3]\n"
-"    if first then r[7] = math.min(first + win - now, r[3]) end\n"
-"    return r\n"
-"  end\n"
-"  rem = 0\n"
-"end\n"
-"local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, win)\n"
-"return blocked({ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}, bend, now)\n";
+#define LUA_LOG_ATTEMPT_BODY \
+"local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n" \
+"if ARGV[6] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n" \
+"local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n" \
+"local now = clock(ARGV[4])\n" \
+"local base, r0, rb, fm, fs, total, last_ts = trim(key, lk, now - win, true)\n" \
+"if not total then total, last_ts = newest(key, base) end\n" \
+"local rt, rlast = rb, nil\n" \
+"if lk then rt, rlast = ledger_newest(lk, rb) end\n" \
+"local used = total - base - (rt - rb)\n" \
+"local ok = used + cost <= lim\n" \
+"local retry, rem = 0, lim - used - cost\n" \
+"if not ok or bend > now then\n" \
+"  rem = lim - used\n" \
+"  if rem < 0 then rem = 0 end\n" \
+"  local first = nil\n" \
+"  if not ok then\n" \
+"    local free_at\n" \
+"    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim, fm, fs)\n" \
+"    retry = free_at + win - now\n" \
+"  elseif used > 0 then\n" \
+"    if fs then first = tonumber(fs) else first = select(2, net_at(key, lk, r0, base, rb)) end\n" \
+"  end\n" \
+"  if ARGV[5] ~= '1' then\n" \
+"    local reset = now\n" \
+"    if used > 0 then reset = last_live(key, lk, r0, base, rb, used, last_ts, rlast) + win end\n" \
+"    local r = blocked({0, rem, retry, reset, used, -1, 0}, bend, now)\n" \
+"    r[7] = r[3]\n" \
+"    if first then r[7] = math.min(first + win - now, r[3]) end\n" \
+"    return r\n" \
+"  end\n" \
+"  rem = 0\n" \
+"end\n" \
+"local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, win)\n" \
+"-- admitted (most calls): the two fields the others follow from\n" \
+"if ok and bend <= now then return {rem, ts} end\n" \
+"return blocked({ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}, bend, now)\n"
+
+static const char lua_log_attempt[] = LUA_PRELUDE LUA_LOG_ATTEMPT_BODY;
 
 /*
  * KEYS[1] log, KEYS[2] ledger; ARGV ts (the score of an entry this backend
@@ -342,34 +352,36 @@ static const char lua_log_refund[] = LUA_PRELUDE
  * or ''). Reads only. Returns the same fields as an attempt of cost 1 would,
  * without recording.
  */
-static const char lua_log_peek[] = LUA_PRELUDE
-"local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n"
-"local lim, win = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
-"local now = clock(ARGV[3])\n"
-"local r = (function()\n"
-"local cutoff = now - win\n"
-"local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n"
-"if not newest[1] or newest[2] == '-inf' or tonumber(newest[2]) <= cutoff then\n"
-"  return {1, lim, 0, now, 0, -1}\n"
-"end\n"
-"local base = 0\n"
-"local old = redis.call('ZREVRANGEBYSCORE', key, cutoff, '-inf', 'LIMIT', '0', '1')\n"
-"if old[1] then base = tonumber(old[1]) end\n"
-"local rb, rt, rlast = 0, 0, nil\n"
-"if lk then\n"
-"  rb = refunded_upto(lk, cutoff)\n"
-"  rt, rlast = ledger_newest(lk, rb)\n"
-"end\n"
-"local used = tonumber(newest[1]) - base - (rt - rb)\n"
-"if used <= 0 then return {1, lim, 0, now, 0, -1} end\n"
-"local r0 = redis.call('ZCOUNT', key, '-inf', cutoff)\n"
-"local reset = last_live(key, lk, r0, base, rb, used, tonumber(newest[2]), rlast) + win\n"
-"if used + 1 <= lim then return {1, lim - used, 0, reset, used, -1} end\n"
-"local rem = lim - used\n"
-"if rem < 0 then rem = 0 end\n"
-"return {0, rem, freeing_time(key, lk, r0, base, rb, used + 1 - lim) + win - now, reset, used, -1}\n"
-"end)()\n"
-"return blocked(r, bend, now)\n";
+#define LUA_LOG_PEEK_BODY \
+"local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n" \
+"local lim, win = tonumber(ARGV[1]), tonumber(ARGV[2])\n" \
+"local now = clock(ARGV[3])\n" \
+"local r = (function()\n" \
+"local cutoff = now - win\n" \
+"local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n" \
+"if not newest[1] or newest[2] == '-inf' or tonumber(newest[2]) <= cutoff then\n" \
+"  return {1, lim, 0, now, 0, -1}\n" \
+"end\n" \
+"local base = 0\n" \
+"local old = redis.call('ZREVRANGEBYSCORE', key, cutoff, '-inf', 'LIMIT', '0', '1')\n" \
+"if old[1] then base = tonumber(old[1]) end\n" \
+"local rb, rt, rlast = 0, 0, nil\n" \
+"if lk then\n" \
+"  rb = refunded_upto(lk, cutoff)\n" \
+"  rt, rlast = ledger_newest(lk, rb)\n" \
+"end\n" \
+"local used = tonumber(newest[1]) - base - (rt - rb)\n" \
+"if used <= 0 then return {1, lim, 0, now, 0, -1} end\n" \
+"local r0 = redis.call('ZCOUNT', key, '-inf', cutoff)\n" \
+"local reset = last_live(key, lk, r0, base, rb, used, tonumber(newest[2]), rlast) + win\n" \
+"if used + 1 <= lim then return {1, lim - used, 0, reset, used, -1} end\n" \
+"local rem = lim - used\n" \
+"if rem < 0 then rem = 0 end\n" \
+"return {0, rem, freeing_time(key, lk, r0, base, rb, used + 1 - lim) + win - now, reset, used, -1}\n" \
+"end)()\n" \
+"return blocked(r, bend, now)\n"
+
+static const char lua_log_peek[] = LUA_PRELUDE LUA_LOG_PEEK_BODY;
 
 /*
  * The counting algorithms keep O(1) state per key in a hash (or a string),
@@ -391,86 +403,92 @@ static const char lua_log_peek[] = LUA_PRELUDE
 "local start = now - (now % win)\n"
 
 /* fixed_window: windows aligned to multiples of win since the Unix epoch. */
-static const char lua_fixed_window[] = LUA_PRELUDE_BASE LUA_COUNTER_HEAD
-"local reset = start + win\n"
-"local v = redis.call('HMGET', key, 's', 'n')\n"
-"local n = 0\n"
-"if v[1] and tonumber(v[1]) == start then n = tonumber(v[2]) end\n"
-"local ok = n + cost <= lim\n"
-"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n"
-"  local rem = lim - n\n"
-"  if rem < 0 then rem = 0 end\n"
-"  local retry = 0\n"
-"  if not ok then retry = reset - now end\n"
-"  if n == 0 then reset = now end\n"
-"  return blocked({ok and 1 or 0, rem, retry, reset, n, -1}, bend, now)\n"
-"end\n"
-"local ttl = math.ceil((reset - now) / 1000) + 1\n"
-"-- in the window the key already counts, only the count changes, and the\n"
-"-- expiry, set by the window's first call to its end, stands (HSET, not\n"
-"-- HINCRBY: the ACL of doc/installing.md has the one, not the other)\n"
-"if n > 0 then redis.call('HSET', key, 'n', n + cost)\n"
-"else\n"
-"  redis.call('HSET', key, 's', start, 'n', cost)\n"
-"  redis.call('PEXPIRE', key, ttl)\n"
-"end\n"
-"keep_block(ttl)\n"
-"if ok then return blocked({1, lim - n - cost, 0, reset, n + cost, -1}, bend, now) end\n"
-"return blocked({0, 0, reset - now, reset, n + cost, -1}, bend, now)\n";
+#define LUA_FIXED_WINDOW_BODY \
+LUA_COUNTER_HEAD \
+"local reset = start + win\n" \
+"local v = redis.call('HMGET', key, 's', 'n')\n" \
+"local n = 0\n" \
+"if v[1] and tonumber(v[1]) == start then n = tonumber(v[2]) end\n" \
+"local ok = n + cost <= lim\n" \
+"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n" \
+"  local rem = lim - n\n" \
+"  if rem < 0 then rem = 0 end\n" \
+"  local retry = 0\n" \
+"  if not ok then retry = reset - now end\n" \
+"  if n == 0 then reset = now end\n" \
+"  return blocked({ok and 1 or 0, rem, retry, reset, n, -1}, bend, now)\n" \
+"end\n" \
+"local ttl = math.ceil((reset - now) / 1000) + 1\n" \
+"-- in the window the key already counts, only the count changes, and the\n" \
+"-- expiry, set by the window's first call to its end, stands (HSET, not\n" \
+"-- HINCRBY: the ACL of doc/installing.md has the one, not the other)\n" \
+"if n > 0 then redis.call('HSET', key, 'n', n + cost)\n" \
+"else\n" \
+"  redis.call('HSET', key, 's', start, 'n', cost)\n" \
+"  redis.call('PEXPIRE', key, ttl)\n" \
+"end\n" \
+"keep_block(ttl)\n" \
+"if ok then return blocked({1, lim - n - cost, 0, reset, n + cost, -1}, bend, now) end\n" \
+"return blocked({0, 0, reset - now, reset, n + cost, -1}, bend, now)\n"
+
+static const char lua_fixed_window[] = LUA_PRELUDE_BASE LUA_FIXED_WINDOW_BODY;
 
 /*
  * sliding_counter: the current fixed bucket's count c plus the previous
  * bucket's count p weighted by the share of the window that still overlaps
  * it: estimate = p * (win - elapsed) / win + c.
  */
-static const char lua_sliding_counter[] = LUA_PRELUDE_BASE LUA_COUNTER_HEAD
-"local v = redis.call('HMGET', key, 's', 'c', 'p')\n"
-"local s, c, p = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0\n"
-"if not s then c, p = 0, 0\n"
-"elseif s == start - win then p, c = c, 0\n"
-"elseif s < start - win then p, c = 0, 0\n"
-"elseif s > start then start = s end\n"
-"local e = now - start\n"
-"if e < 0 then e = 0 end\n"
-"local est = p * (win - e) / win + c\n"
-"local ok = est + cost <= lim\n"
-"local retry = 0\n"
-"if not ok then\n"
-"  if c + cost <= lim and p > 0 then\n"
-"    retry = math.ceil(win - (lim - c - cost) * win / p) - e\n"
-"  else\n"
-"    local cn = c\n"
-"    if mode == '1' then cn = c + cost end\n"
-"    local e2 = 0\n"
-"    if cn > 0 and cost < lim then e2 = math.ceil(win - (lim - cost) * win / cn) end\n"
-"    if cost >= lim then e2 = win end\n"
-"    retry = (win - e) + e2\n"
-"  end\n"
-"  if retry < 1 then retry = 1 end\n"
-"end\n"
-"local function answer(allowed, est_after, c_after)\n"
-"  local rem = math.floor(lim - est_after)\n"
-"  if rem < 0 or not allowed then rem = math.max(0, math.floor(lim - est_after)) end\n"
-"  local reset = now\n"
-"  if c_after > 0 then reset = start + 2 * win elseif p > 0 then reset = start + win end\n"
-"  return {allowed and 1 or 0, rem, retry, reset, math.ceil(est_after), -1}\n"
-"end\n"
-"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n"
-"  return blocked(answer(ok, est, c), bend, now)\n"
-"end\n"
-"local ttl = math.ceil((start + 2 * win - now) / 1000) + 1\n"
-"-- in the bucket the key already counts, the units are added and the\n"
-"-- expiry, set by the bucket's first call, stands (as in fixed_window)\n"
-"if s == start and c > 0 then redis.call('HSET', key, 'c', c + cost)\n"
-"else\n"
-"  redis.call('HSET', key, 's', start, 'c', c + cost, 'p', p)\n"
-"  redis.call('PEXPIRE', key, ttl)\n"
-"end\n"
-"keep_block(ttl)\n"
-"if ok then return blocked(answer(true, est + cost, c + cost), bend, now) end\n"
-"local r = answer(false, est + cost, c + cost)\n"
-"r[2] = 0\n"
-"return blocked(r, bend, now)\n";
+#define LUA_SLIDING_COUNTER_BODY \
+LUA_COUNTER_HEAD \
+"local v = redis.call('HMGET', key, 's', 'c', 'p')\n" \
+"local s, c, p = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0\n" \
+"if not s then c, p = 0, 0\n" \
+"elseif s == start - win then p, c = c, 0\n" \
+"elseif s < start - win then p, c = 0, 0\n" \
+"elseif s > start then start = s end\n" \
+"local e = now - start\n" \
+"if e < 0 then e = 0 end\n" \
+"local est = p * (win - e) / win + c\n" \
+"local ok = est + cost <= lim\n" \
+"local retry = 0\n" \
+"if not ok then\n" \
+"  if c + cost <= lim and p > 0 then\n" \
+"    retry = math.ceil(win - (lim - c - cost) * win / p) - e\n" \
+"  else\n" \
+"    local cn = c\n" \
+"    if mode == '1' then cn = c + cost end\n" \
+"    local e2 = 0\n" \
+"    if cn > 0 and cost < lim then e2 = math.ceil(win - (lim - cost) * win / cn) end\n" \
+"    if cost >= lim then e2 = win end\n" \
+"    retry = (win - e) + e2\n" \
+"  end\n" \
+"  if retry < 1 then retry = 1 end\n" \
+"end\n" \
+"local function answer(allowed, est_after, c_after)\n" \
+"  local rem = math.floor(lim - est_after)\n" \
+"  if rem < 0 or not allowed then rem = math.max(0, math.floor(lim - est_after)) end\n" \
+"  local reset = now\n" \
+"  if c_after > 0 then reset = start + 2 * win elseif p > 0 then reset = start + win end\n" \
+"  return {allowed and 1 or 0, rem, retry, reset, math.ceil(est_after), -1}\n" \
+"end\n" \
+"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n" \
+"  return blocked(answer(ok, est, c), bend, now)\n" \
+"end\n" \
+"local ttl = math.ceil((start + 2 * win - now) / 1000) + 1\n" \
+"-- in the bucket the key already counts, the units are added and the\n" \
+"-- expiry, set by the bucket's first call, stands (as in fixed_window)\n" \
+"if s == start and c > 0 then redis.call('HSET', key, 'c', c + cost)\n" \
+"else\n" \
+"  redis.call('HSET', key, 's', start, 'c', c + cost, 'p', p)\n" \
+"  redis.call('PEXPIRE', key, ttl)\n" \
+"end\n" \
+"keep_block(ttl)\n" \
+"if ok then return blocked(answer(true, est + cost, c + cost), bend, now) end\n" \
+"local r = answer(false, est + cost, c + cost)\n" \
+"r[2] = 0\n" \
+"return blocked(r, bend, now)\n"
+
+static const char lua_sliding_counter[] = LUA_PRELUDE_BASE LUA_SLIDING_COUNTER_BODY;
 
 /*
  * token_bucket, as GCRA: the key holds the theoretical arrival time (tat)
@@ -479,35 +497,37 @@ static const char lua_sliding_counter[] = LUA_PRELUDE_BASE LUA_COUNTER_HEAD
  * burst and are then refilled evenly over win. The 1e-3 us slack absorbs
  * the rounding of win / lim in doubles.
  */
-static const char lua_token_bucket[] = LUA_PRELUDE_BASE
-"local key = KEYS[1]\n"
-"local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
-"local now = clock(ARGV[4])\n"
-"local mode = ARGV[5]\n"
-"if ARGV[6] == 'k' then bkeep = KEYS[2] end\n"
-"local bend = block_end(KEYS[2])\n"
-"local t = win / lim\n"
-"local tat = tonumber(redis.call('GET', key) or '0')\n"
-"if tat < now then tat = now end\n"
-"local new = tat + cost * t\n"
-"local ok = new - now <= win + 1e-3\n"
-"local used = math.ceil((tat - now) / t - 1e-9)\n"
-"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n"
-"  local rem = math.floor((win - (tat - now)) / t + 1e-9)\n"
-"  if rem < 0 then rem = 0 end\n"
-"  local retry = 0\n"
-"  if not ok then retry = math.max(1, math.ceil(new - win - now - 1e-3)) end\n"
-"  return blocked({ok and 1 or 0, rem, retry, math.ceil(tat), used, -1}, bend, now)\n"
-"end\n"
-"local ttl = math.ceil((new - now) / 1000) + 1\n"
-"redis.call('SET', key, string.format('%.17g', new), 'PX', ttl)\n"
-"keep_block(ttl)\n"
-"if ok then\n"
-"  local rem = math.floor((win - (new - now)) / t + 1e-9)\n"
-"  if rem < 0 then rem = 0 end\n"
-"  return blocked({1, rem, 0, math.ceil(new), used + cost, -1}, bend, now)\n"
-"end\n"
-"return blocked({0, 0, math.max(1, math.ceil(new - win - now - 1e-3)), math.ceil(new), used + cost, -1}, bend, now)\n";
+#define LUA_TOKEN_BUCKET_BODY \
+"local key = KEYS[1]\n" \
+"local lim, win, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n" \
+"local now = clock(ARGV[4])\n" \
+"local mode = ARGV[5]\n" \
+"if ARGV[6] == 'k' then bkeep = KEYS[2] end\n" \
+"local bend = block_end(KEYS[2])\n" \
+"local t = win / lim\n" \
+"local tat = tonumber(redis.call('GET', key) or '0')\n" \
+"if tat < now then tat = now end\n" \
+"local new = tat + cost * t\n" \
+"local ok = new - now <= win + 1e-3\n" \
+"local used = math.ceil((tat - now) / t - 1e-9)\n" \
+"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n" \
+"  local rem = math.floor((win - (tat - now)) / t + 1e-9)\n" \
+"  if rem < 0 then rem = 0 end\n" \
+"  local retry = 0\n" \
+"  if not ok then retry = math.max(1, math.ceil(new - win - now - 1e-3)) end\n" \
+"  return blocked({ok and 1 or 0, rem, retry, math.ceil(tat), used, -1}, bend, now)\n" \
+"end\n" \
+"local ttl = math.ceil((new - now) / 1000) + 1\n" \
+"redis.call('SET', key, string.format('%.17g', new), 'PX', ttl)\n" \
+"keep_block(ttl)\n" \
+"if ok then\n" \
+"  local rem = math.floor((win - (new - now)) / t + 1e-9)\n" \
+"  if rem < 0 then rem = 0 end\n" \
+"  return blocked({1, rem, 0, math.ceil(new), used + cost, -1}, bend, now)\n" \
+"end\n" \
+"return blocked({0, 0, math.max(1, math.ceil(new - win - now - 1e-3)), math.ceil(new), used + cost, -1}, bend, now)\n"
+
+static const char lua_token_bucket[] = LUA_PRELUDE_BASE LUA_TOKEN_BUCKET_BODY;
 
 /*
  * rl_attempt_multi: KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV n,
@@ -520,59 +540,61 @@ static const char lua_token_bucket[] = LUA_PRELUDE_BASE
  * last field is the deciding window's number (1..n): the first that denies,
  * else the one with the smallest remaining.
  */
-static const char lua_log_multi[] = LUA_PRELUDE
-"local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n"
-"local n = tonumber(ARGV[1])\n"
-"if ARGV[5 + 2 * n] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n"
-"local cost = tonumber(ARGV[2 + 2 * n])\n"
-"local now = clock(ARGV[3 + 2 * n])\n"
-"local mode = ARGV[4 + 2 * n]\n"
-"local maxwin = 0\n"
-"for i = 1, n do maxwin = math.max(maxwin, tonumber(ARGV[1 + n + i])) end\n"
-"local base, r0, rb = trim(key, lk, now - maxwin, mode ~= 'p')\n"
-"local total, last_ts = newest(key, base)\n"
-"local rt, rlast = rb, nil\n"
-"if lk then rt, rlast = ledger_newest(lk, rb) end\n"
-"local ok, rem, retry, used, wi = true, nil, 0, 0, 1\n"
-"for i = 1, n do\n"
-"  local lim, win = tonumber(ARGV[1 + i]), tonumber(ARGV[1 + n + i])\n"
-"  local bi, rbi = base, 0\n"
-"  local o = redis.call('ZREVRANGEBYSCORE', key, now - win, '-inf', 'LIMIT', '0', '1')\n"
-"  if o[1] then bi = tonumber(o[1]) end\n"
-"  if lk then rbi = refunded_upto(lk, now - win) end\n"
-"  local ui = total - bi - (rt - rbi)\n"
-"  local ri = lim - ui - cost\n"
-"  local den = ri < 0\n"
-"  if den then\n"
-"    local ri0 = redis.call('ZCOUNT', key, '-inf', now - win)\n"
-"    retry = math.max(retry, freeing_time(key, lk, ri0, bi, rbi, ui + cost - lim) + win - now)\n"
-"  end\n"
-"  -- a peek reports the units left, not those left after a call\n"
-"  if den or mode == 'p' then ri = math.max(lim - ui, 0) end\n"
-"  local newmin = rem == nil or ri < rem\n"
-"  if newmin then rem, used = ri, ui end\n"
-"  -- the deciding window: the first that denies, else the tightest\n"
-"  if ok and (den or newmin) then wi = i end\n"
-"  if den then ok = false end\n"
-"end\n"
-"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n"
-"  local reset = now\n"
-"  if last_ts then\n"
-"    local umax = total - base - (rt - rb)\n"
-"    if lk and rlast == last_ts then\n"
-"      if umax > 0 then\n"
-"        local rm = redis.call('ZCOUNT', key, '-inf', now - maxwin)\n"
-"        reset = last_live(key, lk, rm, base, rb, umax, last_ts, rlast) + maxwin\n"
-"      end\n"
-"    else\n"
-"      reset = last_ts + maxwin\n"
-"    end\n"
-"  end\n"
-"  return blocked({ok and 1 or 0, rem, retry, reset, used, -1, wi}, bend, now)\n"
-"end\n"
-"local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, maxwin)\n"
-"if ok then return blocked({1, rem, 0, ts + maxwin, used + cost, ts, wi}, bend, now) end\n"
-"return blocked({0, 0, retry, ts + maxwin, used + cost, ts, wi}, bend, now)\n";
+#define LUA_LOG_MULTI_BODY \
+"local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n" \
+"local n = tonumber(ARGV[1])\n" \
+"if ARGV[5 + 2 * n] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n" \
+"local cost = tonumber(ARGV[2 + 2 * n])\n" \
+"local now = clock(ARGV[3 + 2 * n])\n" \
+"local mode = ARGV[4 + 2 * n]\n" \
+"local maxwin = 0\n" \
+"for i = 1, n do maxwin = math.max(maxwin, tonumber(ARGV[1 + n + i])) end\n" \
+"local base, r0, rb = trim(key, lk, now - maxwin, mode ~= 'p')\n" \
+"local total, last_ts = newest(key, base)\n" \
+"local rt, rlast = rb, nil\n" \
+"if lk then rt, rlast = ledger_newest(lk, rb) end\n" \
+"local ok, rem, retry, used, wi = true, nil, 0, 0, 1\n" \
+"for i = 1, n do\n" \
+"  local lim, win = tonumber(ARGV[1 + i]), tonumber(ARGV[1 + n + i])\n" \
+"  local bi, rbi = base, 0\n" \
+"  local o = redis.call('ZREVRANGEBYSCORE', key, now - win, '-inf', 'LIMIT', '0', '1')\n" \
+"  if o[1] then bi = tonumber(o[1]) end\n" \
+"  if lk then rbi = refunded_upto(lk, now - win) end\n" \
+"  local ui = total - bi - (rt - rbi)\n" \
+"  local ri = lim - ui - cost\n" \
+"  local den = ri < 0\n" \
+"  if den then\n" \
+"    local ri0 = redis.call('ZCOUNT', key, '-inf', now - win)\n" \
+"    retry = math.max(retry, freeing_time(key, lk, ri0, bi, rbi, ui + cost - lim) + win - now)\n" \
+"  end\n" \
+"  -- a peek reports the units left, not those left after a call\n" \
+"  if den or mode == 'p' then ri = math.max(lim - ui, 0) end\n" \
+"  local newmin = rem == nil or ri < rem\n" \
+"  if newmin then rem, used = ri, ui end\n" \
+"  -- the deciding window: the first that denies, else the tightest\n" \
+"  if ok and (den or newmin) then wi = i end\n" \
+"  if den then ok = false end\n" \
+"end\n" \
+"if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then\n" \
+"  local reset = now\n" \
+"  if last_ts then\n" \
+"    local umax = total - base - (rt - rb)\n" \
+"    if lk and rlast == last_ts then\n" \
+"      if umax > 0 then\n" \
+"        local rm = redis.call('ZCOUNT', key, '-inf', now - maxwin)\n" \
+"        reset = last_live(key, lk, rm, base, rb, umax, last_ts, rlast) + maxwin\n" \
+"      end\n" \
+"    else\n" \
+"      reset = last_ts + maxwin\n" \
+"    end\n" \
+"  end\n" \
+"  return blocked({ok and 1 or 0, rem, retry, reset, used, -1, wi}, bend, now)\n" \
+"end\n" \
+"local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, maxwin)\n" \
+"if ok then return blocked({1, rem, 0, ts + maxwin, used + cost, ts, wi}, bend, now) end\n" \
+"return blocked({0, 0, retry, ts + maxwin, used + cost, ts, wi}, bend, now)\n"
+
+static const char lua_log_multi[] = LUA_PRELUDE LUA_LOG_MULTI_BODY;
 
 /*
  * Carrying the fallback store's admissions back (outage.c): KEYS[1] log,
@@ -812,17 +834,21 @@ static const char lua_sem_holders[] =
 typedef struct Script
 {
 	const char *source;
+	/* for the scripts the library holds too: the part after the prelude */
+	const char *body;
+	/* and its function's name, after the library's (see library_build) */
+	const char *fname;
 	char		sha1[SHA1_DIGEST_LENGTH * 2 + 1];
 } Script;
 
 static Script scripts[NUM_SCRIPTS] = {
-	[SCRIPT_LOG_ATTEMPT] = {lua_log_attempt},
-	[SCRIPT_LOG_PEEK] = {lua_log_peek},
+	[SCRIPT_LOG_ATTEMPT] = {lua_log_attempt, LUA_LOG_ATTEMPT_BODY, "log_attempt"},
+	[SCRIPT_LOG_PEEK] = {lua_log_peek, LUA_LOG_PEEK_BODY, "log_peek"},
 	[SCRIPT_LOG_REFUND] = {lua_log_refund},
-	[SCRIPT_FIXED_WINDOW] = {lua_fixed_window},
-	[SCRIPT_SLIDING_COUNTER] = {lua_sliding_counter},
-	[SCRIPT_TOKEN_BUCKET] = {lua_token_bucket},
-	[SCRIPT_LOG_MULTI] = {lua_log_multi},
+	[SCRIPT_FIXED_WINDOW] = {lua_fixed_window, LUA_FIXED_WINDOW_BODY, "fixed_window"},
+	[SCRIPT_SLIDING_COUNTER] = {lua_sliding_counter, LUA_SLIDING_COUNTER_BODY, "sliding_counter"},
+	[SCRIPT_TOKEN_BUCKET] = {lua_token_bucket, LUA_TOKEN_BUCKET_BODY, "token_bucket"},
+	[SCRIPT_LOG_MULTI] = {lua_log_multi, LUA_LOG_MULTI_BODY, "log_multi"},
 	[SCRIPT_SEM_ACQUIRE] = {lua_sem_acquire},
 	[SCRIPT_SEM_RELEASE] = {lua_sem_release},
 	[SCRIPT_SEM_RENEW] = {lua_sem_renew},
@@ -912,6 +938,195 @@ script_command(ScriptId id, bool eval, int nkeys, const char **keys,
 	return n;
 }
 
+/*
+ * The library of Redis Functions (Redis 7 and later, Valkey): the prelude
+ * once, and each script that decides a call as a function of its own, so
+ * that FCALL runs only the script's body. Under EVALSHA every call runs
+ * the prelude again, making each of its functions anew (about a tenth of
+ * what the attempt costs Redis). The library's name, and so its
+ * functions', carries 16 hex digits of the SHA1 of what it holds: servers
+ * of different slidewin versions sharing one Redis each find their own,
+ * and loading it twice is harmless ("already exists"). The prelude's
+ * state (keep, bkeep, clock_s) lives as long as the library, so each
+ * function resets it first.
+ */
+bool		slidewin_redis_functions = true;
+
+static char *library;
+static size_t library_len;
+static char library_fnames[NUM_SCRIPTS][64];
+
+/* Whether this backend gave up on functions, and for which target. */
+static bool functions_off = false;
+static uint64 functions_off_generation = 0;
+
+static void
+library_build(void)
+{
+	pg_cryptohash_ctx *ctx;
+	uint8		digest[SHA1_DIGEST_LENGTH];
+	char		tag[17];
+	StringInfoData lib;
+	MemoryContext old;
+
+	if (library != NULL)
+		return;
+	ctx = pg_cryptohash_create(PG_SHA1);
+	if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) LUA_PRELUDE, strlen(LUA_PRELUDE)) < 0)
+		elog(ERROR, "could not compute SHA1 of the slidewin library");
+	for (int i = 0; i < NUM_SCRIPTS; i++)
+		if (scripts[i].fname &&
+			(pg_cryptohash_update(ctx, (const uint8 *) scripts[i].fname, strlen(scripts[i].fname)) < 0 ||
+			 pg_cryptohash_update(ctx, (const uint8 *) scripts[i].body, strlen(scripts[i].body)) < 0))
+			elog(ERROR, "could not compute SHA1 of the slidewin library");
+	if (pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "could not compute SHA1 of the slidewin library");
+	pg_cryptohash_free(ctx);
+	for (int i = 0; i < 8; i++)
+		snprintf(tag + 2 * i, 3, "%02x", digest[i]);
+
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	initStringInfo(&lib);
+	appendStringInfo(&lib, "#!lua name=slidewin_%s\n%s", tag, LUA_PRELUDE);
+	for (int i = 0; i < NUM_SCRIPTS; i++)
+	{
+		if (!scripts[i].fname)
+			continue;
+		snprintf(library_fnames[i], sizeof(library_fnames[i]), "slidewin_%s_%s",
+				 tag, scripts[i].fname);
+		appendStringInfo(&lib,
+						 "redis.register_function('%s', function(KEYS, ARGV)\n"
+						 "keep, bkeep, clock_s = false, false, nil\n%send)\n",
+						 library_fnames[i], scripts[i].body);
+	}
+	MemoryContextSwitchTo(old);
+	library = lib.data;
+	library_len = lib.len;
+}
+
+const char *
+script_library(void)
+{
+	library_build();
+	return library;
+}
+
+const char *
+script_function_name(ScriptId id)
+{
+	library_build();
+	return scripts[id].fname ? library_fnames[id] : NULL;
+}
+
+/*
+ * NOPERM for the command itself (FCALL or FUNCTION LOAD), not for a key:
+ * a key outside the user's patterns is refused by EVALSHA just the same.
+ */
+static bool
+refused_functions(const RedisResult *result)
+{
+	return result->status == RS_FAIL_REPLY && result->reply &&
+		strncmp(result->reply->str, "NOPERM", 6) == 0 &&
+		(strstr(result->reply->str, "'fcall'") != NULL ||
+		 strstr(result->reply->str, "'function") != NULL);
+}
+
+/* Whether a failure reply starts with prefix. */
+static bool
+reply_starts(const RedisResult *result, const char *prefix)
+{
+	size_t		n = strlen(prefix);
+
+	return result->status == RS_FAIL_REPLY && result->reply &&
+		result->reply->len >= n && strncmp(result->reply->str, prefix, n) == 0;
+}
+
+static void
+drop_reply(RedisResult *result)
+{
+	if (result->reply)
+		freeReplyObject(result->reply);
+	result->reply = NULL;
+}
+
+/*
+ * FCALL of script id's function. True when its result stands (an answer,
+ * or a failure to reach Redis); false when the script should run by
+ * EVALSHA instead: the server has no functions (Redis 6.2), the user may
+ * not call or load them, or Redis is out of memory (a function that may
+ * write is refused before it runs; as a script, a call that writes nothing,
+ * a denial, still gets its answer).
+ */
+static bool
+run_function(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
+			 int nargs, const char **args, RedisResult *result)
+{
+	static const char *const numkeys[] = {"0", "1", "2", "3", "4"};
+	const char *argv[SCRIPT_MAX_ARGV];
+	size_t		lens[SCRIPT_MAX_ARGV];
+	int			argc = 0;
+
+	library_build();
+	argv[argc] = "FCALL";
+	lens[argc++] = 5;
+	argv[argc] = library_fnames[id];
+	lens[argc++] = strlen(library_fnames[id]);
+	argv[argc] = numkeys[nkeys];
+	lens[argc++] = 1;
+	for (int i = 0; i < nkeys; i++)
+	{
+		argv[argc] = keys[i];
+		lens[argc++] = keylens[i];
+	}
+	for (int i = 0; i < nargs; i++)
+	{
+		argv[argc] = args[i];
+		lens[argc++] = strlen(args[i]);
+	}
+
+	for (int attempt = 0;; attempt++)
+	{
+		redis_exec(argc, argv, lens, result);
+		if (result->status != RS_FAIL_REPLY)
+			return true;
+		if (reply_starts(result, "OOM"))
+		{
+			drop_reply(result);
+			return false;
+		}
+		if (reply_starts(result, "ERR Function not found") && attempt == 0)
+		{
+			/* a server that never had it, or lost it: load, once, where the key lives */
+			const char *load[3] = {"FUNCTION", "LOAD", library};
+			size_t		loadlens[3] = {8, 4, library_len};
+
+			drop_reply(result);
+			redis_exec_at(keys[0], keylens[0], 3, load, loadlens, result);
+			if (result->status == RS_OK ||
+				reply_starts(result, "ERR Library") /* already exists */ )
+			{
+				drop_reply(result);
+				continue;
+			}
+			if (result->status != RS_FAIL_REPLY)
+				return true;
+			/* refused (NOPERM, or a server that will not take it): scripts */
+			ereport(DEBUG1,
+					(errmsg_internal("slidewin: Redis refused FUNCTION LOAD: %s; using EVALSHA",
+									 result->reply->str)));
+		}
+		else if (!reply_starts(result, "ERR unknown command") &&
+				 !refused_functions(result) &&
+				 !reply_starts(result, "ERR Function not found"))
+			return true;
+		drop_reply(result);
+		functions_off = true;
+		functions_off_generation = redis_target_generation;
+		return false;
+	}
+}
+
 void
 script_run(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
 		   int nargs, const char **args, RedisResult *result)
@@ -920,6 +1135,11 @@ script_run(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
 	size_t		lens[SCRIPT_MAX_ARGV];
 	int			argc;
 
+	if (functions_off && functions_off_generation != redis_target_generation)
+		functions_off = false;
+	if (scripts[id].fname && !functions_off && slidewin_redis_functions &&
+		run_function(id, nkeys, keys, keylens, nargs, args, result))
+		return;
 	(void) script_sha1(&scripts[id]);
 	argc = script_command(id, false, nkeys, keys, keylens, nargs, args, argv, lens);
 	redis_exec(argc, argv, lens, result);

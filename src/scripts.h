@@ -26,16 +26,29 @@ typedef enum ScriptId
 	NUM_SCRIPTS
 } ScriptId;
 
+/* slidewin.redis_functions: FCALL where the server has functions */
+extern bool slidewin_redis_functions;
+
 #define MAX_SCRIPT_ARGS 24
 /* Room for EVALSHA, the SHA1, numkeys, up to 4 keys and the arguments. */
 #define SCRIPT_MAX_ARGV (MAX_SCRIPT_ARGS + 7)
 
 /*
- * Run script `id` with `nkeys` keys and `nargs` arguments. EVALSHA first; on
- * NOSCRIPT (script cache flushed, Redis restarted) EVAL, which also caches it.
+ * Run script `id` with `nkeys` keys and `nargs` arguments. The scripts that
+ * decide a call run as functions of slidewin's library (FCALL, loaded with
+ * FUNCTION LOAD where missing) when the server has them; otherwise, and for
+ * the rest, EVALSHA first; on NOSCRIPT (script cache flushed, Redis
+ * restarted) EVAL, which also caches it.
  */
 extern void script_run(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
 					   int nargs, const char **args, RedisResult *result);
+
+/*
+ * The library of Redis Functions (FUNCTION LOAD text), and the name of
+ * script id's function in it (NULL if the library does not hold it).
+ */
+extern const char *script_library(void);
+extern const char *script_function_name(ScriptId id);
 
 /* Compute every script's SHA1 now, so that script_command never has to. */
 extern void scripts_prepare(void);

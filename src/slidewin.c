@@ -36,6 +36,7 @@
 #include "redis_conn.h"
 #include "redis_tls.h"
 #include "refund.h"
+#include "scripts.h"
 #include "stats.h"
 #include "store_redis.h"
 #include "ticket.h"
@@ -328,6 +329,16 @@ define_settings(void)
 							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("slidewin.redis_functions",
+							 gettext_noop("Run the deciding scripts as Redis Functions (FCALL) where the server has them."),
+							 gettext_noop("On: slidewin loads its library (FUNCTION LOAD) and calls it with FCALL, which costs Redis less per call; "
+										  "a server without functions, or a user not allowed them, gets EVALSHA. Off: EVALSHA always."),
+							 &slidewin_redis_functions,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("slidewin.enforce",
 							 gettext_noop("Whether denials are enforced; off is shadow mode."),

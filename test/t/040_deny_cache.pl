@@ -25,15 +25,16 @@ my $redis = SlidewinTest::start_redis();
 my $node = SlidewinTest::new_node('deny_cache', $redis,
 	"shared_preload_libraries = 'slidewin'");
 
-# Scripts Redis has run so far.
+# Scripts and functions Redis has run so far.
 sub scripts_run
 {
 	my $n = 0;
 	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
 	{
-		# a NOSCRIPT reply (the first EVALSHA of a script) ran nothing
+		# a NOSCRIPT reply (the first EVALSHA of a script) ran nothing, nor
+		# did an FCALL that found no function (the first of a new server)
 		$n += $1 - $2
-		  if $line =~ /^cmdstat_eval(?:sha)?:calls=(\d+),.*failed_calls=(\d+)/;
+		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
 	}
 	return $n;
 }

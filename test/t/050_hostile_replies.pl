@@ -102,6 +102,16 @@ $fake->script($ints->(@deny));
 	  FROM rl_attempt('h', 100, '1 hour', 1, 'error') r});
 is($out, 'f|redis|0|00:00:05', 'a well-formed denial is believed, retry_after included');
 
+# The short form of an admission, {remaining, recorded}: the other fields
+# follow from it (reset_at = recorded + window).
+$fake->script($ints->(99, $ts));
+($out, $err) = run_sql(
+	q{SELECT (r).allowed, (r).store, (r).remaining, (r).retry_after,
+	         (extract(epoch FROM (r).reset_at) * 1000000)::bigint
+	  FROM rl_attempt('h', 100, '1 hour', 1, 'error') r});
+is($out, 't|redis|99|00:00:00|' . ($ts + $win), 'the short form of an admission is believed, reset_at = recorded + window');
+is($err, '', 'no error for the short form');
+
 # Calls recorded in shadow mode, or under a larger limit, can leave more units
 # in the window than this call's limit: a denial may report them.
 $fake->script(with(\@deny, used => 105));
@@ -146,9 +156,9 @@ my @cases = (
 	[ 'a nil', "\$-1\r\n", qr/reply is a nil, not an array/ ],
 	[ 'a nil array', "*-1\r\n", qr/reply is a nil, not an array/ ],
 	[ 'an integer', ":1\r\n", qr/reply is an integer, not an array/ ],
-	[ 'an empty array', "*0\r\n", qr/reply has 0 elements, not 7\./ ],
-	[ 'a short array', $ints->(@admit[0 .. 5]), qr/reply has 6 elements, not 7\./ ],
-	[ 'an array too long', $ints->(@admit, 0), qr/reply has 8 elements, not 7\./ ],
+	[ 'an empty array', "*0\r\n", qr/reply has 0 elements, not 7 \(or 2 for an admission\)\./ ],
+	[ 'a short array', $ints->(@admit[0 .. 5]), qr/reply has 6 elements, not 7 \(or 2 for an admission\)\./ ],
+	[ 'an array too long', $ints->(@admit, 0), qr/reply has 8 elements, not 7 \(or 2 for an admission\)\./ ],
 	[ 'an absurd array length', "*999999999999\r\n",
 		qr/malformed reply from Redis at 127\.0\.0\.1:\d+: Multi-bulk length out of range/ ],
 	[ 'an array of 100 million', "*100000000\r\n",
@@ -157,7 +167,7 @@ my @cases = (
 	# hiredis 0.14 refuses more than 7 levels itself; 1.x reads them, and the
 	# reply's shape check refuses what it read.
 	[ 'nesting too deep', ("*1\r\n" x 9) . ":1\r\n",
-	  qr/malformed reply from Redis.*nested multi bulk replies with depth > 7|The sliding_log attempt reply has 1 elements, not 7\./ ],
+	  qr/malformed reply from Redis.*nested multi bulk replies with depth > 7|The sliding_log attempt reply has 1 elements, not 7 \(or 2 for an admission\)\./ ],
 	[ 'nested arrays as fields', "*7\r\n" . ("*1\r\n:1\r\n" x 7), qr/Field "allowed" of the sliding_log attempt reply is an array, not an integer\./ ],
 	[ 'an HTTP answer', "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
 		qr/malformed reply from Redis.*Protocol error, got "H" as reply type byte/ ],
@@ -198,6 +208,16 @@ my @cases = (
 		qr/Field "reset_at" .* is -9223372036854775807, but it is not a valid time\./ ],
 	[ 'admitted with a stable_us', with(\@admit, stable_us => 5), qr/Field "stable_us" .* is 5, but it must be 0 when the call was recorded\./ ],
 	[ 'admitted, stable_us negative', with(\@admit, stable_us => -1), qr/Field "stable_us" .* is -1, but it must be 0/ ],
+	[ 'the short admission, nothing used', $ints->(100, $ts),
+		qr/Field "used" .* is 0, but it must include the 1 units recorded\./ ],
+	[ 'the short admission, remaining negative', $ints->(-1, $ts),
+		qr/Field "remaining" .* is -1, but it must be between 0 and 100\./ ],
+	[ 'the short admission, nothing recorded', $ints->(99, -1),
+		qr/Field "recorded" .* is -1, but it must be the time of the entry recorded/ ],
+	[ 'the short admission, recorded at the end of time', $ints->(99, '9223372036854775807'),
+		qr/Field "recorded" .* is 9223372036854775807, but the window after it would end past the last valid time\./ ],
+	[ 'the short admission, a string', "*2\r\n\$2\r\n99\r\n:$ts\r\n",
+		qr/Field "remaining" of the sliding_log attempt reply is a bulk string, not an integer\./ ],
 	[ 'denied, retry_after 0', with(\@deny, retry_after => 0), qr/Field "retry_after" .* is 0, but it must be positive when the call is denied\./ ],
 	[ 'denied, retry_after negative', with(\@deny, retry_after => -5), qr/Field "retry_after" .* is -5, but it must be positive/ ],
 	[ 'denied, remaining negative', with(\@deny, remaining => -5), qr/Field "remaining" .* is -5, but it must be between 0 and 100\./ ],

@@ -20,7 +20,7 @@ use Test::More;
 use Time::HiRes qw(time);
 use SlidewinTest;
 
-# Scripts a Redis server has run so far (INFO commandstats).
+# Scripts and functions a Redis server has run so far (INFO commandstats).
 sub scripts_run
 {
 	my (@servers) = @_;
@@ -31,7 +31,7 @@ sub scripts_run
 		{
 			# a NOSCRIPT reply (the first EVALSHA of a script) ran nothing
 			$n += $1 - $2
-			  if $line =~ /^cmdstat_eval(?:sha)?:calls=(\d+),.*failed_calls=(\d+)/;
+			  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
 		}
 	}
 	return $n;

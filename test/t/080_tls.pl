@@ -269,7 +269,8 @@ if ($fake_pid == 0)
 				last unless $complete;
 				$buf = substr($buf, $pos);
 				my $cmd = uc $argv[0];
-				syswrite($c, $cmd eq 'HELLO' ? $hello : $cmd eq 'EVALSHA' ? $attempt : "+OK\r\n");
+				syswrite($c, $cmd eq 'HELLO' ? $hello : $cmd eq 'EVALSHA' ? $attempt
+					: $cmd eq 'FCALL' ? "-ERR unknown command 'FCALL'\r\n" : "+OK\r\n");
 			}
 		}
 		close $c;

@@ -208,7 +208,7 @@ SELECT count(*) FILTER (WHERE (r).allowed) FROM generate_series(1, 3) g, rl_atte
 });
 	is($out, '2', 'deny: lim admitted');
 	my $h = holder($rkey);
-	my $calls = sub { scalar($h->cli('info', 'commandstats')) =~ /cmdstat_evalsha:calls=(\d+)/ ? $1 : 0 };
+	my $calls = sub { my ($n, $info) = (0, scalar $h->cli('info', 'commandstats')); $n += $1 while $info =~ /cmdstat_(?:evalsha|fcall):calls=(\d+)/g; $n };
 	my $c0 = $calls->();
 	($out, $err) = run_sql(q{
 SELECT count(*) FILTER (WHERE NOT (r).allowed) FROM generate_series(1, 50) g, rl_attempt('deny:1' || left(g::text, 0), 2, '1 hour', 1, 'error') r;
