@@ -248,18 +248,22 @@ load_map(TimestampTz deadline, RedisResult *result)
 }
 
 /*
+ * The node that answered the last command (its reply, not a redirection):
+ * where a command that names no key of its own but must follow one goes
+ * (FUNCTION LOAD, after the FCALL that found no function there, which may
+ * have been sent on by ASK to a node that the map does not name yet).
+ */
+static char last_host[256];
+static int	last_port = -1;
+
+/*
  * The slot a command's key is in: the first key of EVALSHA/EVAL/FCALL, the
  * first argument of anything else that has one; -1 for a command without a
- * key. A command that names no key of its own but must go where a key lives
- * (FUNCTION LOAD, before the FCALL that found no function there) is routed
- * by route_key instead.
+ * key.
  */
 static int
-command_slot(int argc, const char **argv, const size_t *lens,
-			 const char *route_key, size_t route_len)
+command_slot(int argc, const char **argv, const size_t *lens)
 {
-	if (route_key != NULL)
-		return cluster_key_slot(route_key, route_len);
 	if (argc >= 4 && (pg_strcasecmp(argv[0], "EVALSHA") == 0 ||
 					  pg_strcasecmp(argv[0], "EVAL") == 0 ||
 					  pg_strcasecmp(argv[0], "FCALL") == 0))
@@ -292,10 +296,10 @@ send_asking(TimestampTz deadline, RedisResult *result)
 
 void
 redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
-				   const char *route_key, size_t route_len, RedisResult *result)
+				   bool same_node, RedisResult *result)
 {
 	TimestampTz deadline = ms_from_now(slidewin_connect_timeout + slidewin_command_timeout);
-	int			slot = command_slot(argc, argv, argvlen, route_key, route_len);
+	int			slot = same_node ? -1 : command_slot(argc, argv, argvlen);
 	int			node;
 	char		host[256];
 	int			port;
@@ -323,6 +327,11 @@ redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
 	}
 	strlcpy(host, map->nodes[node].host, sizeof(host));
 	port = map->nodes[node].port;
+	if (same_node && last_port > 0)
+	{
+		strlcpy(host, last_host, sizeof(host));
+		port = last_port;
+	}
 
 	for (int hop = 0;; hop++)
 	{
@@ -411,7 +420,11 @@ redis_cluster_exec(int argc, const char **argv, const size_t *argvlen,
 			continue;
 		}
 		if (st == RS_OK || st == RS_FAIL_REPLY)
+		{
+			strlcpy(last_host, host, sizeof(last_host));
+			last_port = port;
 			return;
+		}
 
 		/* Anything else leaves the link in an unknown state. */
 		if (result->reply)

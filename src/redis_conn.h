@@ -76,13 +76,12 @@ extern void redis_credentials_changed(void);
 extern void redis_exec(int argc, const char **argv, const size_t *argvlen,
 					   RedisResult *result);
 /*
- * redis_exec of a command that names no key of its own but must reach the
- * server that holds route_key (under Redis Cluster, its node; elsewhere the
- * one server).
+ * redis_exec of a command for the server that answered the last one (under
+ * Redis Cluster, that node, which a redirection may have chosen; elsewhere
+ * the one server).
  */
-extern void redis_exec_at(const char *route_key, size_t route_len, int argc,
-						  const char **argv, const size_t *argvlen,
-						  RedisResult *result);
+extern void redis_exec_same(int argc, const char **argv, const size_t *argvlen,
+							RedisResult *result);
 extern void redis_disconnect(void);
 
 /*

@@ -252,6 +252,9 @@ connect_redis(RedisResult *result)
  * ---------------------------------------------------------------------
  */
 
+static void redis_exec_where(bool same_node, int argc, const char **argv,
+							 const size_t *argvlen, RedisResult *result);
+
 /* Interrupted mid-exchange: the reply and the connection cannot be trusted. */
 static void
 drop_interrupted(RedisResult *result)
@@ -268,12 +271,19 @@ void
 redis_exec(int argc, const char **argv, const size_t *argvlen,
 		   RedisResult *result)
 {
-	redis_exec_at(NULL, 0, argc, argv, argvlen, result);
+	redis_exec_where(false, argc, argv, argvlen, result);
 }
 
 void
-redis_exec_at(const char *route_key, size_t route_len, int argc,
-			  const char **argv, const size_t *argvlen, RedisResult *result)
+redis_exec_same(int argc, const char **argv, const size_t *argvlen,
+				RedisResult *result)
+{
+	redis_exec_where(true, argc, argv, argvlen, result);
+}
+
+static void
+redis_exec_where(bool same_node, int argc, const char **argv,
+				 const size_t *argvlen, RedisResult *result)
 {
 	bool		reused;
 	RedisStatus st;
@@ -295,7 +305,7 @@ redis_exec_at(const char *route_key, size_t route_len, int argc,
 				in_routed_hook = false;
 			}
 			if (st == RS_OK && argc > 0)
-				redis_cluster_exec(argc, argv, argvlen, route_key, route_len, result);
+				redis_cluster_exec(argc, argv, argvlen, same_node, result);
 		}
 		PG_CATCH();
 		{

@@ -1,5 +1,7 @@
 #!/usr/bin/env perl
 # lua_source.pl SCRIPTS_C ARRAY_NAME
+# lua_source.pl SCRIPTS_C --library
+# lua_source.pl SCRIPTS_C --function FNAME
 #
 # Print, byte for byte, the Lua source that slidewin keeps in the C array
 # ARRAY_NAME (for instance lua_log_attempt) of SCRIPTS_C (src/scripts.c).
@@ -16,8 +18,8 @@
 use strict;
 use warnings;
 
-die "usage: $0 SCRIPTS_C ARRAY_NAME\n" unless @ARGV == 2;
-my ($file, $name) = @ARGV;
+die "usage: $0 SCRIPTS_C ARRAY_NAME | --library | --function FNAME\n" unless @ARGV >= 2;
+my ($file, $name) = splice(@ARGV, 0, 2);
 
 open my $fh, '<', $file or die "$file: $!\n";
 my $src = do { local $/; <$fh> };
@@ -67,6 +69,37 @@ while ($src =~ /^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+((?:[^\n]*\\\n)*[^
 	next unless $body =~ /^\s*"/ || ($body =~ /^\s*([A-Za-z_]\w*)/ && exists $macros{$1});
 	my $val = eval { concat_tokens($body, "macro $m") };
 	$macros{$m} = $val if defined $val;
+}
+
+# --library, --function FNAME: the library of Redis Functions that
+# scripts.c builds (library_build), or the full name of one of its
+# functions: the prelude once, then each script of the table that names a
+# body and a function, wrapped, under a name carrying 16 hex digits of the
+# SHA1 of the prelude and of each function's name and body in table order.
+if ($name eq '--library' || $name eq '--function') {
+	my $prelude = $macros{LUA_PRELUDE} // die "LUA_PRELUDE not found in $file\n";
+	my @fns;
+	while ($src =~ /\[SCRIPT_\w+\]\s*=\s*\{\s*\w+\s*,\s*([A-Za-z_]\w*)\s*,\s*"(\w+)"\s*\}/g) {
+		exists $macros{$1} or die "$1 is not a string macro of $file\n";
+		push @fns, [ $2, $macros{$1} ];
+	}
+	@fns or die "no function in the script table of $file\n";
+	require Digest::SHA;
+	my $sha = Digest::SHA->new(1);
+	$sha->add($prelude);
+	$sha->add($_->[0], $_->[1]) for @fns;
+	my $tag = substr($sha->hexdigest, 0, 16);
+	binmode STDOUT;
+	if ($name eq '--function') {
+		my $want = shift @ARGV // die "usage: $0 SCRIPTS_C --function FNAME\n";
+		grep { $_->[0] eq $want } @fns or die "no function $want in $file\n";
+		print "slidewin_${tag}_$want";
+		exit 0;
+	}
+	print "#!lua name=slidewin_$tag\n$prelude";
+	print "redis.register_function('slidewin_${tag}_$_->[0]', function(KEYS, ARGV)\n"
+	  . "keep, bkeep, clock_s = false, false, nil\n$_->[1]end)\n" for @fns;
+	exit 0;
 }
 
 # The array: NAME[] = tokens ;  -- a ';' inside a literal is skipped over.

@@ -247,13 +247,30 @@ fwkey() { printf '%sfw:%s' "$kp" "$1"; } # its fixed_window counter
 
 # ---- the sliding-log script, for redis-benchmark --------------------------------
 
-# Read the attempt script out of src/scripts.c and check that it is exactly
-# what the installed slidewin sent: the probe above made Redis cache it.
+# slidewin calls its library of functions (FCALL) where Redis has them, as
+# this one does: build the library out of src/scripts.c and check that it
+# is exactly the one the installed slidewin loaded at the probe above (the
+# library's name carries the SHA1 of what it holds). The row that stands
+# for Redis alone in target 1 runs that function.
 evalsha_problem=
+library=$work/library.lua
+fname=
+if perl "$here/lua_source.pl" "$repo/src/scripts.c" --library >"$library" 2>"$work/lua_source.err" &&
+	fname=$(perl "$here/lua_source.pl" "$repo/src/scripts.c" --function log_attempt 2>"$work/lua_source.err"); then
+	if ! rcli FUNCTION LIST | grep -qx "$fname"; then
+		evalsha_problem="the function read from src/scripts.c ($fname) is not among those the installed slidewin loaded; rebuild and install (make install)"
+	fi
+else
+	evalsha_problem="could not build the library out of src/scripts.c: $(head -n 1 "$work/lua_source.err")"
+fi
+# The attempt script itself (EVALSHA, what slidewin sends with
+# slidewin.redis_functions off or to Redis 6.2), checked the same way after a
+# call that sends it.
 lua=$work/log_attempt.lua
 sha=
 if perl "$here/lua_source.pl" "$repo/src/scripts.c" lua_log_attempt >"$lua" 2>"$work/lua_source.err"; then
 	sha=$(perl -MDigest::SHA=sha1_hex -e 'binmode STDIN; local $/; print sha1_hex(<STDIN>)' <"$lua")
+	PGOPTIONS="-c slidewin.redis_functions=off" sql -c "SELECT store FROM rl_attempt('bench:probe', 10, '1 minute')" >/dev/null 2>&1
 	if [[ $(rcli SCRIPT EXISTS "$sha") != 1 ]]; then
 		evalsha_problem="the script read from src/scripts.c (sha1 $sha) is not the one the installed slidewin sent; rebuild and install (make install)"
 	fi
@@ -276,7 +293,7 @@ sha16=$(sha_of "$here/lua_1.6/log_attempt.lua")
 sha_fw16=$(sha_of "$here/lua_1.6/fixed_window.lua")
 sha_fw=
 lua_fw=$work/fixed_window.lua
-[[ $(sql -c "SELECT store FROM rl_attempt('bench:probe', 10, '1 minute', algorithm => 'fixed_window')" 2>&1) == redis ]] ||
+[[ $(PGOPTIONS="-c slidewin.redis_functions=off" sql -c "SELECT store FROM rl_attempt('bench:probe', 10, '1 minute', algorithm => 'fixed_window')" 2>&1) == redis ]] ||
 	block_problem="a first fixed_window call was not answered by Redis"
 if [[ -z $block_problem ]] && ! perl "$here/lua_source.pl" "$repo/src/scripts.c" lua_fixed_window >"$lua_fw" 2>"$work/lua_source.err"; then
 	block_problem="could not read lua_fixed_window from src/scripts.c: $(head -n 1 "$work/lua_source.err")"
@@ -344,16 +361,19 @@ many_sql() { # many_sql PREFIX [EXTRA ARGS]
 add_row s1 A pgbench '`SELECT 1`' 'SELECT 1;'
 add_row s1_simple A pgbench '`SELECT 1`, simple query protocol' 'SELECT 1;'
 R_mode[s1_simple]=simple
-add_row evalsha A evalsha "redis-benchmark \`EVALSHA\` of slidewin's sliding-log script, $(kfmt $many_keys) keys"
+add_row evalsha A evalsha "redis-benchmark \`FCALL\` of slidewin's sliding-log function, $(kfmt $many_keys) keys"
 if [[ -n $evalsha_problem ]]; then R_err0[evalsha]=$evalsha_problem; fi
 # The same script from 8 redis-benchmark processes of one connection each,
 # as PostgreSQL's backends are 8 processes: each waits for its own reply,
 # where one redis-benchmark serves all its connections from one event loop.
 # Read beside target 1 at 8 clients; it does not change the target.
-add_row evalsha_procs A evalsha "redis-benchmark \`EVALSHA\` as above, from one process per client (one connection each)"
+add_row evalsha_procs A evalsha "redis-benchmark \`FCALL\` as above, from one process per client (one connection each)"
 R_clients[evalsha_procs]=8 R_procs[evalsha_procs]=1
 if [[ -n $evalsha_problem ]]; then R_err0[evalsha_procs]=$evalsha_problem; fi
-# Target 11: the block check on keys never blocked, against the scripts of 1.6.
+# Target 11: the block check on keys never blocked, against the scripts of 1.6,
+# script against script (EVALSHA both).
+add_row evalsha_log A evalsha "redis-benchmark \`EVALSHA\` of slidewin's sliding-log script (as with \`slidewin.redis_functions\` off), $(kfmt $many_keys) keys"
+if [[ -n $evalsha_problem ]]; then R_err0[evalsha_log]=$evalsha_problem; fi
 add_row evalsha16 A evalsha "redis-benchmark \`EVALSHA\` of 1.6's sliding-log script (no block check), $(kfmt $many_keys) keys"
 add_row evalsha_fw A evalsha "redis-benchmark \`EVALSHA\` of slidewin's \`fixed_window\` script, $(kfmt $many_keys) keys"
 add_row evalsha_fw16 A evalsha "redis-benchmark \`EVALSHA\` of 1.6's \`fixed_window\` script (no block check), $(kfmt $many_keys) keys"
@@ -366,12 +386,12 @@ if [[ -n $tls_port ]]; then
 	R_opts[tls]="-c slidewin.redis_url=rediss://localhost:$tls_port -c slidewin.redis_tls_ca_file=$tls_dir/ca.crt"
 	# Redis alone over TLS, with no PostgreSQL in the loop: what TLS costs the
 	# server and a C client, for reading target 8.
-	add_row evalsha_tls A evalsha "redis-benchmark \`EVALSHA\` over TLS, $(kfmt $many_keys) keys"
+	add_row evalsha_tls A evalsha "redis-benchmark \`FCALL\` over TLS, $(kfmt $many_keys) keys"
 	R_rconn[evalsha_tls]="--tls --cacert $tls_dir/ca.crt -h localhost -p $tls_port"
 	if [[ -n $evalsha_problem ]]; then
 		R_err0[evalsha_tls]=$evalsha_problem
-	elif loaded=$(redis-cli ${R_rconn[evalsha_tls]} -x SCRIPT LOAD <"$lua" 2>&1) && [[ $loaded != "$sha" ]]; then
-		R_err0[evalsha_tls]="could not load the script into the TLS Redis: ${loaded%%$'\n'*}"
+	elif loaded=$(redis-cli ${R_rconn[evalsha_tls]} -x FUNCTION LOAD REPLACE <"$library" 2>&1) && [[ $loaded != "${fname%_log_attempt}" ]]; then
+		R_err0[evalsha_tls]="could not load the library into the TLS Redis: ${loaded%%$'\n'*}"
 	fi
 else
 	add_row tls A na "\`rl_attempt\` over TLS (\`rediss://\`), $(kfmt $many_keys) keys"
@@ -591,17 +611,20 @@ fallback_rows() {
 	sql -c "SELECT count(*) FROM rl_fallback_log" 2>/dev/null || echo ""
 }
 
-evalsha_cpu() { # evalsha_cpu ID: EVALSHA calls and the µs Redis spent in them so far
+# The command a redis-benchmark row sends: FCALL of slidewin's function, or
+# EVALSHA of a script (the rows of target 11).
+row_cmd() { case $1 in evalsha_log | evalsha16 | evalsha_fw | evalsha_fw16) echo evalsha ;; *) echo fcall ;; esac; }
+evalsha_cpu() { # evalsha_cpu ID: the row's calls and the µs Redis spent in them so far
 	local conn=()
 	read -r -a conn <<<"${R_rconn[$1]:-"-h 127.0.0.1 -p $redis_port"}"
-	redis-cli "${conn[@]}" INFO commandstats | tr -d '\r' | awk -F'[:,=]' '$1 == "cmdstat_evalsha" {
+	redis-cli "${conn[@]}" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v want="cmdstat_$(row_cmd "$1")" '$1 == want {
 		for (i = 2; i < NF; i += 2) { if ($i == "calls") c = $(i + 1); if ($i == "usec") u = $(i + 1) }
 	} END { print c + 0, u + 0 }'
 }
-evalsha_errors() { # evalsha_errors ID: failed + rejected EVALSHA calls so far
+evalsha_errors() { # evalsha_errors ID: failed + rejected calls of the row so far
 	local conn=()
 	read -r -a conn <<<"${R_rconn[$1]:-"-h 127.0.0.1 -p $redis_port"}"
-	redis-cli "${conn[@]}" INFO commandstats | tr -d '\r' | awk -F'[:,=]' '$1 == "cmdstat_evalsha" {
+	redis-cli "${conn[@]}" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v want="cmdstat_$(row_cmd "$1")" '$1 == want {
 		for (i = 2; i < NF; i += 2) if ($i == "failed_calls" || $i == "rejected_calls") n += $(i + 1)
 	} END { print n + 0 }'
 }
@@ -686,10 +709,11 @@ run_evalsha_slice() {
 	# a key that never had a refund nor a block.
 	local cmd
 	case $id in
+	evalsha_log) cmd=(EVALSHA "$sha" 3 "$(rkey rb:__rand_int__)" "$(lkey rb:__rand_int__)" "$(bkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
 	evalsha16) cmd=(EVALSHA "$sha16" 2 "$(rkey rb:__rand_int__)" "$(lkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
 	evalsha_fw) cmd=(EVALSHA "$sha_fw" 2 "$(fwkey rb:__rand_int__)" "$(bkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
 	evalsha_fw16) cmd=(EVALSHA "$sha_fw16" 1 "$(fwkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
-	*) cmd=(EVALSHA "$sha" 3 "$(rkey rb:__rand_int__)" "$(lkey rb:__rand_int__)" "$(bkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
+	*) cmd=(FCALL "$fname" 3 "$(rkey rb:__rand_int__)" "$(lkey rb:__rand_int__)" "$(bkey rb:__rand_int__)" 1000000 60000000 1 '' 0) ;;
 	esac
 	if [[ -z ${rb_n[$key]:-} ]]; then
 		if [[ -n $rb_requests ]]; then
@@ -732,7 +756,7 @@ run_evalsha_slice() {
 	e1=$(evalsha_errors "$id")
 	cpu1=$(evalsha_cpu "$id")
 	if ((rc != 0)) || [[ -z $vals ]] || ((e1 != e0)); then
-		T_err[$key]="redis-benchmark failed (status $rc, $((e1 - e0)) failed EVALSHA calls): $(head -n 1 "$out")"
+		T_err[$key]="redis-benchmark failed (status $rc, $((e1 - e0)) failed calls): $(head -n 1 "$out")"
 		progress "ERROR ${R_label[$id]} ($c cl.): ${T_err[$key]}"
 		return 0
 	fi
@@ -804,13 +828,13 @@ fi
 # system, so network I/O included) and the script calls it ran (INFO
 # commandstats), hence CPU per call and what one core sustains.
 progress "Redis CPU per call: many keys, 8 clients"
-redis_cpu() { # prints "CPU_SECONDS EVALSHA_CALLS EVALSHA_USEC"
+redis_cpu() { # prints "CPU_SECONDS SCRIPT_CALLS SCRIPT_USEC" (FCALL, EVALSHA and EVAL)
 	{
 		rcli INFO cpu
 		rcli INFO commandstats
 	} | tr -d '\r' | awk -F'[:,=]' '
 		$1 == "used_cpu_user" || $1 == "used_cpu_sys" { cpu += $2 }
-		$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" {
+		$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" || $1 == "cmdstat_fcall" {
 			for (i = 2; i < NF; i += 2) { if ($i == "calls") n += $(i + 1); if ($i == "usec") u += $(i + 1) }
 		}
 		END { printf "%.6f %d %d\n", cpu, n, u }'
@@ -1128,12 +1152,13 @@ target() {
 	target_rows+=("| $1 | $2 | ${shown_m:-not measured} | $shown_n | $(verdict "$3" "$4") |")
 }
 
-# 1. Redis path at 1 client against SELECT 1 and EVALSHA in series.
+# 1. Redis path at 1 client against SELECT 1 and Redis alone (redis-benchmark
+# FCALL of the same function slidewin calls) in series.
 need1=
 if [[ -n ${tps[s1.1]:-} && -n ${tps[evalsha.1]:-} ]]; then
 	need1=$(awk -v a="${tps[s1.1]}" -v b="${tps[evalsha.1]}" 'BEGIN { printf "%.1f", 0.85 / (1 / a + 1 / b) }')
 fi
-target 1 'Redis path, 1 client, many keys: tps ≥ 0.85 × 1 / (1/tps(`SELECT 1`) + 1/tps(`EVALSHA`))' \
+target 1 'Redis path, 1 client, many keys: tps ≥ 0.85 × 1 / (1/tps(`SELECT 1`) + 1/tps(`FCALL`))' \
 	"${tps[many.1]:-}" "$need1" tps
 need8=
 if [[ -n ${tps[s1.8]:-} && -n ${tps[evalsha.8]:-} ]]; then
@@ -1144,9 +1169,9 @@ fi
 procs_note=
 if [[ -n ${tps[s1.8]:-} && -n ${tps[evalsha_procs.8]:-} && -n ${tps[many.8]:-} ]]; then
 	procs_note=$(awk -v a="${tps[s1.8]}" -v e="${tps[evalsha.8]}" -v b="${tps[evalsha_procs.8]}" -v m="${tps[many.8]}" \
-		'BEGIN { printf "(%.2f × of the limit; against `EVALSHA` from one process per client: %.2f ×)", m * (1 / a + 1 / e), m * (1 / a + 1 / b) }')
+		'BEGIN { printf "(%.2f × of the limit; against `FCALL` from one process per client: %.2f ×)", m * (1 / a + 1 / e), m * (1 / a + 1 / b) }')
 fi
-target '1 (8 cl.)' 'Redis path, 8 clients, many keys: tps ≥ 0.85 × 1 / (1/tps(`SELECT 1`) + 1/tps(`EVALSHA`))' \
+target '1 (8 cl.)' 'Redis path, 8 clients, many keys: tps ≥ 0.85 × 1 / (1/tps(`SELECT 1`) + 1/tps(`FCALL`))' \
 	"${tps[many.8]:-}" "$need8" tps "$procs_note"
 
 # 2. Hot key: full window against an empty one (the faster of the two empty rows).
@@ -1210,7 +1235,7 @@ for c in "${clients[@]}"; do
 	target "8 ($c cl.)" 'TLS: `rl_attempt` over `rediss://` ≥ 0.9 × the plain-TCP row, many keys, once connected' \
 		"$(ratio "${tps[tls.$c]:-}" "${tps[many.$c]:-}")" 0.9 x \
 		"$(tls_ref=$(ratio "${tps[evalsha_tls.$c]:-}" "${tps[evalsha.$c]:-}") &&
-			[[ -n $tls_ref ]] && awk -v a="$tls_ref" 'BEGIN { printf "(Redis alone, redis-benchmark EVALSHA: %.2f × over TLS)", a }')"
+			[[ -n $tls_ref ]] && awk -v a="$tls_ref" 'BEGIN { printf "(Redis alone, redis-benchmark FCALL: %.2f × over TLS)", a }')"
 done
 for c in "${clients[@]}"; do
 	target "9 ($c cl.)" 'Cluster: `rl_attempt` on 3 masters ≥ 0.8 × the single-server row, many keys (one machine: the cluster cannot be faster here)' \
@@ -1224,8 +1249,8 @@ if ((has_stats)); then
 fi
 block_note() { # block_note C: Redis CPU per call, today's against 1.6's, both scripts
 	local c=$1
-	[[ -n ${cpu[evalsha.$c]:-} && -n ${cpu[evalsha16.$c]:-} ]] || return 0
-	awk -v a="${cpu[evalsha.$c]}" -v b="${cpu[evalsha16.$c]}" -v f="${cpu[evalsha_fw.$c]:-}" -v g="${cpu[evalsha_fw16.$c]:-}" \
+	[[ -n ${cpu[evalsha_log.$c]:-} && -n ${cpu[evalsha16.$c]:-} ]] || return 0
+	awk -v a="${cpu[evalsha_log.$c]}" -v b="${cpu[evalsha16.$c]}" -v f="${cpu[evalsha_fw.$c]:-}" -v g="${cpu[evalsha_fw16.$c]:-}" \
 		-v r="$(ratio "${tps[evalsha_fw.$c]:-}" "${tps[evalsha_fw16.$c]:-}")" 'BEGIN {
 		printf "(Redis CPU per call %.2f µs against %.2f µs, %+.2f µs", a, b, a - b
 		if (f != "" && g != "" && r != "") printf "; fixed_window, which adds a GET: %.2f ×, %.2f µs against %.2f µs, %+.2f µs", r, f, g, f - g
@@ -1233,7 +1258,7 @@ block_note() { # block_note C: Redis CPU per call, today's against 1.6's, both s
 }
 for c in "${clients[@]}"; do
 	target "11 ($c cl.)" 'Block check, key never blocked: `EVALSHA` of the sliding-log attempt ≥ 0.95 × the same script of 1.6 (no block check), in Redis alone' \
-		"$(ratio "${tps[evalsha.$c]:-}" "${tps[evalsha16.$c]:-}")" 0.95 x "$(block_note "$c")"
+		"$(ratio "${tps[evalsha_log.$c]:-}" "${tps[evalsha16.$c]:-}")" 0.95 x "$(block_note "$c")"
 done
 # 12. Concurrency slots: an uncontended acquire and its release at COMMIT
 # cost at most one Redis round trip more than an rl_attempt. The round trip
@@ -1249,7 +1274,7 @@ for c in "${clients[@]}"; do
 			-v s="${tps[s1.$c]}" -v e="${tps[evalsha.$c]:-}" 'BEGIN {
 				rt = 1 / m - 1 / s
 				printf "%.3f (1/tps: %.0f µs against %.0f + %.0f µs", q * (1 / a + rt), 1e6 / q, 1e6 / a, 1e6 * rt
-				if (e > 0) printf "; one redis-benchmark `EVALSHA`: %.0f µs", 1e6 / e
+				if (e > 0) printf "; one redis-benchmark `FCALL`: %.0f µs", 1e6 / e
 				printf ")\n" }')
 	fi
 	target "12 ($c cl.)" 'Concurrency slot: `rl_acquire` + its release at `COMMIT` cost at most one Redis round trip more than `rl_attempt` in the same transaction: tps ≥ 1 / (1/tps(`rl_attempt` in `BEGIN … COMMIT`) + 1/tps(`rl_attempt`) − 1/tps(`SELECT 1`))' \
@@ -1345,7 +1370,7 @@ result=$work/RESULTS.md
 		echo "| Measure | Value |"
 		echo "|---|---|"
 		echo "| Redis CPU per call (\`INFO cpu\`: user + system, network I/O included) | $cpu_us µs |"
-		echo "| of which running the script (\`INFO commandstats\`, usec per \`EVALSHA\`) | $script_us µs |"
+		echo "| of which running the function (\`INFO commandstats\`, usec per \`FCALL\`) | $script_us µs |"
 		echo "| Calls per second one Redis core sustains (1 / CPU per call) | $(commas "$per_core") |"
 		echo "| The same for 3, 6 and 12 masters (Redis is single-threaded: one core per master; keys spread over the slots) | $(commas $((per_core * 3))), $(commas $((per_core * 6))), $(commas $((per_core * 12))) |"
 		echo
@@ -1408,10 +1433,10 @@ result=$work/RESULTS.md
 	echo "## How the figures are made"
 	echo
 	echo "- pgbench $($PGBENCH --version | awk '{ print $3 }'), \`-M prepared --no-vacuum\` (plans are made once per connection, as under a driver that prepares its statements or in PL/pgSQL), except the rows marked *simple query protocol* (\`-M simple\`: each call sent as text, parsed and planned, as psql and psycopg2 send it), one custom script per workload (\`\\set k random(1, $many_keys)\`), \`-j\` = min(clients, CPUs), over TCP on loopback; the client and both servers share the machine's $ncpu CPUs."
-	echo "- tps is the median over the slices of pgbench's tps without connection time (redis-benchmark: requests per second). p50 and p99 are nearest-rank percentiles of every transaction's latency in the slices, from pgbench's per-transaction log (\`-l\`); for \`EVALSHA\` they are the median over the slices of redis-benchmark's own p50 and p99."
-	echo "- \`EVALSHA\`: redis-benchmark, its own client, on the script text read from \`src/scripts.c\` (\`lua_log_attempt\`, the prelude and the attempt script) and checked to be the very script the installed slidewin had loaded into Redis (same SHA1); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\`, its (absent) ledger \`${kp}logr:rb:<random>\` and (absent) block key \`${kp}blk:rb:<random>\`, lim 1000000, window 60000000 µs, cost 1, now '' (Redis TIME), force 0."
-	echo "- Block check (target 11): the same \`EVALSHA\` with the sliding-log attempt script of slidewin 1.6 (\`test/bench/lua_1.6\`, byte for byte that version's, loaded with \`SCRIPT LOAD\`), which names no block key; and the \`fixed_window\` script, today's (read from \`src/scripts.c\` and checked against the one slidewin loaded) with its (absent) block key beside 1.6's without, on keys \`${kp}fw:rb:<random>\`. Every call is admitted and no key is ever blocked, so the ratio is what a never-blocked key pays in Redis for the check: the logs fold it into the \`EXISTS\` they already make for the ledger (one command, two keys), the counting algorithms make one more \`GET\`. Beside it, Redis CPU per call: \`usec\` over \`calls\` of \`EVALSHA\` in \`INFO commandstats\`, read before and after each slice (the rows run one at a time), the median over the slices."
-	echo "- \`EVALSHA\` from one process per client: the same command from as many redis-benchmark processes as clients, one connection each, started together; each process waits for its own reply, as each PostgreSQL backend does, where a single redis-benchmark serves all its connections from one event loop. Its tps is the sum of the processes' requests per second, p50 the median of their p50s, p99 the largest of their p99s. It is read beside target 1 at 8 clients and does not change that target."
+	echo "- tps is the median over the slices of pgbench's tps without connection time (redis-benchmark: requests per second). p50 and p99 are nearest-rank percentiles of every transaction's latency in the slices, from pgbench's per-transaction log (\`-l\`); for redis-benchmark's rows they are the median over the slices of its own p50 and p99."
+	echo "- \`FCALL\`: redis-benchmark, its own client, calling the sliding-log attempt of slidewin's library of functions, which is built out of \`src/scripts.c\` (\`test/bench/lua_source.pl --library\`: the prelude once, each deciding script a function) and checked to be the very library the installed slidewin had loaded into Redis (its name carries the SHA1 of what it holds); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\`, its (absent) ledger \`${kp}logr:rb:<random>\` and (absent) block key \`${kp}blk:rb:<random>\`, lim 1000000, window 60000000 µs, cost 1, now '' (Redis TIME), force 0."
+	echo "- Block check (target 11): \`EVALSHA\` of the sliding-log attempt script (what slidewin sends with \`slidewin.redis_functions\` off, read from \`src/scripts.c\` and checked to be the script the installed slidewin sent, same SHA1) beside the same script of slidewin 1.6 (\`test/bench/lua_1.6\`, byte for byte that version's, loaded with \`SCRIPT LOAD\`), which names no block key; and the \`fixed_window\` script, today's (read from \`src/scripts.c\` and checked against the one slidewin loaded) with its (absent) block key beside 1.6's without, on keys \`${kp}fw:rb:<random>\`. Every call is admitted and no key is ever blocked, so the ratio is what a never-blocked key pays in Redis for the check: the logs fold it into the \`EXISTS\` they already make for the ledger (one command, two keys), the counting algorithms make one more \`GET\`. Beside it, Redis CPU per call: \`usec\` over \`calls\` of \`EVALSHA\` in \`INFO commandstats\`, read before and after each slice (the rows run one at a time), the median over the slices."
+	echo "- \`FCALL\` from one process per client: the same command from as many redis-benchmark processes as clients, one connection each, started together; each process waits for its own reply, as each PostgreSQL backend does, where a single redis-benchmark serves all its connections from one event loop. Its tps is the sum of the processes' requests per second, p50 the median of their p50s, p99 the largest of their p99s. It is read beside target 1 at 8 clients and does not change that target."
 	echo "- Do-nothing function: \`bench_noop\`, created for the run, is PostgreSQL's built-in \`pg_backend_pid\` (\`LANGUAGE internal\`) declared with \`rl_attempt\`'s seven parameters and four defaults, called as the denial path is (\`SELECT * FROM bench_noop('deny', 10, '1 hour')\`) in the simple query protocol: what PostgreSQL alone charges to parse, plan and run such a call. It returns an int where \`rl_attempt\` returns \`rl_result\`."
 	echo "- Many keys: key \`'k' || random(1, $many_keys)\`, lim 1,000,000 per 1 minute, so every call is admitted; each key holds a handful of entries. cost = 1000 is the same with its own keys (still all admitted); its comparison is with the cost = 1 row."
 	echo "- Hot key, window emptied: one key, lim 1e9 per 1 hour, deleted before each slice, so the window holds 0 entries at the start of each slice and grows during it (the Notes give how far). Hot key, 1 µs window: every entry has left the window before the next call, so each call finds the window empty and also removes the previous entry. $(kfmt $n_mid) and $(kfmt $n_big) entries: the key is restored (Redis \`COPY\`) before each slice from a template prefilled with that many admitted calls, 1 hour window; it also grows during the slice. Target 2 compares with the faster of the two empty-window rows."
@@ -1422,7 +1447,7 @@ result=$work/RESULTS.md
 	echo "- PL/pgSQL baseline: \`plbase.attempt\` from \`test/bench/plpgsql_baseline.sql\` (an exact sliding log in an unlogged table, the window summed on every call, calls of one key serialised by a transaction-level advisory lock), same workloads: many keys as above; hot key one key, lim 1e9 per 1 second (the window holds the last second of calls). The fallback hot-key rows use the same hot-key workload (pure and breaker rows each on a key of their own; likewise their many-keys rows)."
 	echo "- Redis down: Redis is stopped (connections refused at once); \`slidewin.on_redis_error = fallback\`. Pure fallback: \`slidewin.redis_retry_interval = 1h\`, so each backend tries Redis only at its first call. Breaker default: 1000 ms, so each backend tries again every second. These four rows run in slices of $slice_b s, round-robin, each slice with new connections: every backend fails to reach Redis at its first call, and with the default interval tries once more about 1 s later (so about one retry per backend per $slice_b s, where a long-lived connection would retry once a second). Both stores delete the expired rows of the key they serve, which leaves dead rows behind until a VACUUM: the fallback log and its heads (for the Redis-down rows) and \`plbase.log\` (for the baseline rows) are vacuumed before each slice, so that every slice starts from the same state. The continuous row shows what happens without that: one pure-fallback hot-key run of $long_secs s, from a vacuumed table, with pgbench's per-second tps (\`-P 1\`) first and last in the Notes. A Redis that drops packets instead of refusing would cost up to \`slidewin.connect_timeout\` per retry; this benchmark does not measure that."
 	echo "- Steady state (targets 5c and 5d): one hot key with lim 1e9 per 5 seconds, 8 clients, one run of $steady_secs s without pause, so that from the 5th second on every admission also expires an old entry; pgbench's per-second tps (\`-P 1\`) is in the Notes. The fallback store (Redis stopped, pure fallback) and the PL/pgSQL baseline each run once, from a vacuumed table, with \`autovacuum_enabled = off\` on their tables for the run (slidewin's log and its heads; the baseline's log), so that nothing but the store itself removes what it leaves behind. The young log is the mean of seconds 2–4, the steady state that of the last 4 seconds; the row's tps column is pgbench's mean over the whole run."
-	echo "- TLS: a second Redis on a TLS-only port with a throwaway CA (certificate for \`localhost\`, full verification); the \`rl_attempt\` row is the many-keys workload through \`rediss://localhost\`, and the redis-benchmark row the same \`EVALSHA\` as above over TLS (\`--tls --cacert\`), so that target 8 can be read against what TLS costs Redis and a C client with no PostgreSQL in the loop."
+	echo "- TLS: a second Redis on a TLS-only port with a throwaway CA (certificate for \`localhost\`, full verification); the \`rl_attempt\` row is the many-keys workload through \`rediss://localhost\`, and the redis-benchmark row the same \`FCALL\` as above over TLS (\`--tls --cacert\`), so that target 8 can be read against what TLS costs Redis and a C client with no PostgreSQL in the loop."
 	if ((has_stats)); then
 		echo "- Statistics: the server preloads slidewin, so every call is counted in shared memory (\`rl_stats\`, \`rl_stats_rules\`, \`rl_top_keys\`; \`slidewin.stats\` on, the default). The \`slidewin.stats = off\` rows are the many-keys and denial-path workloads with the counting off (\`PGOPTIONS\`), in the same round-robin slices, and then $stats_extra more slices each, alternating, so that the two medians of target 10 stand on $((rounds + stats_extra)) slices. Target 10 judges the many-keys pair, as the issue asks. The denial-path pair is shown but not judged: its slices scatter by a third, far more than what counting costs there. A loop of denied calls in one backend measures that cost at about 0.1 µs per call, and about 0.3 µs with 4 backends on one hot key and rule (doc/observability.md)."
 	fi
@@ -1430,7 +1455,7 @@ result=$work/RESULTS.md
 		echo "- Exactness across an outage (target 13): the many-keys workload with \`slidewin.outage_exact = off\` (\`PGOPTIONS\`), in the same round-robin slices and in the extra slices of target 10, against the many-keys row (on, the default). On, every Redis answer of an \`rl_attempt\` call is kept in the shared-memory table of \`slidewin.outage_keys\` slots (a hash of the key and one spinlocked copy of a few words), and every call reads one atomic counter to learn whether fallback admissions wait to be carried back (none do here: Redis never fails in this row)."
 	fi
 	if [[ -z ${R_na[slots]:-} ]]; then
-		echo "- Concurrency slots (target 12): \`BEGIN; SELECT * FROM rl_acquire('acq' || :k, 1000, raise => true); COMMIT;\` over $(kfmt $many_keys) keys with max 1,000 (at most 8 clients hold at once), so every call takes a slot at once (a denial would raise and fail the run), and the slot is released at \`COMMIT\`: the release is sent there and its reply awaited, up to \`slidewin.refund_confirm_timeout\`, as after every transaction that holds a slot (checked after the run: no key of the row keeps a holder in Redis). Its baseline is the same transaction around \`rl_attempt\` (many keys as above), since \`BEGIN\` and \`COMMIT\` cost two more statements whatever the transaction calls. One Redis round trip is what a backend pays for an \`rl_attempt\`'s call to Redis, measured in the same run: 1/tps of the many-keys row minus 1/tps of \`SELECT 1\`. The Measured column gives the ratio, then the per-transaction time (1/tps) of the \`rl_acquire\` row against the baseline's plus one round trip, and a redis-benchmark \`EVALSHA\` for comparison (at 8 clients, 1/tps is machine time per transaction, not a latency)."
+		echo "- Concurrency slots (target 12): \`BEGIN; SELECT * FROM rl_acquire('acq' || :k, 1000, raise => true); COMMIT;\` over $(kfmt $many_keys) keys with max 1,000 (at most 8 clients hold at once), so every call takes a slot at once (a denial would raise and fail the run), and the slot is released at \`COMMIT\`: the release is sent there and its reply awaited, up to \`slidewin.refund_confirm_timeout\`, as after every transaction that holds a slot (checked after the run: no key of the row keeps a holder in Redis). Its baseline is the same transaction around \`rl_attempt\` (many keys as above), since \`BEGIN\` and \`COMMIT\` cost two more statements whatever the transaction calls. One Redis round trip is what a backend pays for an \`rl_attempt\`'s call to Redis, measured in the same run: 1/tps of the many-keys row minus 1/tps of \`SELECT 1\`. The Measured column gives the ratio, then the per-transaction time (1/tps) of the \`rl_acquire\` row against the baseline's plus one round trip, and a redis-benchmark \`FCALL\` for comparison (at 8 clients, 1/tps is machine time per transaction, not a latency)."
 	fi
 	echo "- Cluster: three more Redis servers joined by \`redis-cli --cluster create\` (3 masters, no replicas, on the same machine); the many-keys workload through \`redis-cluster://\`, with keys spread over the masters by their hash tag."
 	echo "- Redis-store rows: calls that Redis did not answer within \`slidewin.command_timeout\` go to the fallback store; the Notes say so where that happened (counted from the rows it wrote)."
@@ -1446,12 +1471,13 @@ cat "$result"
 # smoke run draws both into the work directory, so that the chart step
 # cannot rot; a full run puts them next to RESULTS.md.
 declare -A chart_label=(
-	[s1]='SELECT 1' [evalsha]='EVALSHA (redis-benchmark)' [many]='rl_attempt, many keys'
+	[s1]='SELECT 1' [evalsha]='FCALL (redis-benchmark)' [many]='rl_attempt, many keys'
 	[tls]='over TLS' [cluster]='3-master cluster' [hot0]='hot key, empty window'
 	[hotbig]="hot key, $(kfmt $n_big) entries" [cost1000]='cost = 1000'
 	[deny]='denial path' [deny_off]='denial, no deny cache'
 	[s1_simple]='SELECT 1, simple protocol' [deny_simple]='denial path, simple protocol'
-	[noop_simple]='do-nothing function, simple protocol' [evalsha_procs]='EVALSHA, one process per client'
+	[noop_simple]='do-nothing function, simple protocol' [evalsha_procs]='FCALL, one process per client'
+	[evalsha_log]='EVALSHA of the script (functions off)'
 	[evalsha16]='EVALSHA, 1.6 script (no block check)'
 	[upd_many]='one-row UPDATE, many rows' [upd_hot]='one-row UPDATE, hot row'
 	[slots_attempt]='rl_attempt in BEGIN … COMMIT' [slots]='rl_acquire, released at COMMIT'
@@ -1460,7 +1486,7 @@ declare -A chart_label=(
 	[pl_many]='PL/pgSQL baseline, many keys' [pl_hot]='PL/pgSQL baseline, hot key'
 	[fb_steady]='fallback, hot key, steady state' [pl_steady]='PL/pgSQL, hot key, steady state'
 )
-chart_order=(s1 evalsha evalsha16 evalsha_procs many tls cluster hot0 hotbig cost1000 slots_attempt slots deny deny_off s1_simple noop_simple deny_simple
+chart_order=(s1 evalsha evalsha_log evalsha16 evalsha_procs many tls cluster hot0 hotbig cost1000 slots_attempt slots deny deny_off s1_simple noop_simple deny_simple
 	algo_sliding_counter algo_token_bucket fb_many fb_hot pl_many pl_hot upd_many upd_hot fb_steady pl_steady)
 chart_dir=$work/charts
 mkdir -p "$chart_dir"

@@ -263,7 +263,7 @@ sub node_id { my ($n) = @_; return scalar $n->cli('cluster', 'myid') }
 sub rejected
 {
 	my $n = 0;
-	$n += $_ for scalar($_[0]->cli('info', 'commandstats')) =~ /cmdstat_eval(?:sha)?:.*?rejected_calls=(\d+)/g;
+	$n += $_ for scalar($_[0]->cli('info', 'commandstats')) =~ /cmdstat_(?:eval(?:sha)?|fcall):.*?rejected_calls=(\d+)/g;
 	return $n;
 }
 
@@ -306,19 +306,30 @@ $adst->cli('cluster', 'setslot', $aslot, 'importing', node_id($asrc));
 $asrc->cli('cluster', 'setslot', $aslot, 'migrating', node_id($adst));
 my @akeys = split /\n/, scalar $asrc->cli('cluster', 'getkeysinslot', $aslot, 1000);
 $asrc->cli('migrate', '127.0.0.1', $adst->port, '', 0, 5000, 'keys', @akeys);
-# The importing node forgets its scripts: the first call there meets
-# NOSCRIPT under ASK, and its EVAL must be sent after ASKING again.
+# The importing node forgets its functions and scripts, as a node new to
+# the cluster has none: the first call there meets "Function not found"
+# under ASK, and the library must be loaded on that node (which the map does
+# not name yet), the FCALL sent after ASKING again. Then, with functions
+# off, the same for NOSCRIPT and EVAL.
+$adst->cli('function', 'flush');
 $adst->cli('script', 'flush');
-my $eval0 = scalar($adst->cli('info', 'commandstats')) =~ /cmdstat_eval:calls=(\d+)/ ? $1 : 0;
-my $asking0 = $adst->cli('info', 'commandstats') =~ /cmdstat_asking:calls=(\d+)/ ? $1 : 0;
+sub stat_at { my ($n, $cmd) = @_; return scalar($n->cli('info', 'commandstats')) =~ /cmdstat_\Q$cmd\E:calls=(\d+)/ ? $1 : 0 }
+my ($asking0, $load0, $fcall0) = map { stat_at($adst, $_) } qw(asking function|load fcall);
 ($out, $err) = run_sql($as_user . q{
 SELECT count(*) FILTER (WHERE (r).allowed), min((r).store) FROM generate_series(1, 5) g, rl_attempt('ask:1' || left(g::text, 0), 5, '1 hour', 1, 'error') r;
 });
 is($out, '4|redis', 'during the import: ASK followed, the count kept') or diag($err);
-my $asking1 = $adst->cli('info', 'commandstats') =~ /cmdstat_asking:calls=(\d+)/ ? $1 : 0;
-cmp_ok($asking1 - $asking0, '>=', 6, 'ASKING preceded the commands on the importing node (the EVAL after NOSCRIPT too)');
-my $eval1 = scalar($adst->cli('info', 'commandstats')) =~ /cmdstat_eval:calls=(\d+)/ ? $1 : 0;
-cmp_ok($eval1 - $eval0, '>=', 1, 'NOSCRIPT under ASK: EVAL ran on the importing node');
+cmp_ok(stat_at($adst, 'asking') - $asking0, '>=', 6, 'ASKING preceded the commands on the importing node (the FCALL after the load too)');
+is(stat_at($adst, 'function|load') - $load0, 1, 'Function not found under ASK: the library was loaded on the importing node');
+cmp_ok(stat_at($adst, 'fcall') - $fcall0, '>=', 6, 'and every call ran there as FCALL');
+my ($eval0) = map { stat_at($adst, $_) } qw(eval);
+$asking0 = stat_at($adst, 'asking');
+($out, $err) = run_sql($as_user . q{SET slidewin.redis_functions = off;
+SELECT (r).allowed, (r).store FROM rl_attempt('ask:1', 5, '1 hour', 1, 'error') r;
+});
+is($out, 'f|redis', 'functions off, during the import: denied by the importing node') or diag($err);
+is(stat_at($adst, 'asking') - $asking0, 2, 'ASKING preceded both the EVALSHA and the EVAL after NOSCRIPT on the importing node');
+cmp_ok(stat_at($adst, 'eval') - $eval0, '>=', 1, 'NOSCRIPT under ASK: EVAL ran on the importing node');
 $_->cli('cluster', 'setslot', $aslot, 'node', node_id($adst)) for masters();
 
 my @logs = grep { $_ ne '' } map { scalar $_->cli('acl', 'log') } grep { $_->alive } @nodes;

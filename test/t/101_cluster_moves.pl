@@ -97,7 +97,7 @@ my $asking0 = stat_of($dst, 'commandstats', qr/cmdstat_asking:calls=(\d+)/);
 sub rejected
 {
 	my $n = 0;
-	$n += $_ for scalar($_[0]->cli('info', 'commandstats')) =~ /cmdstat_eval(?:sha)?:.*?rejected_calls=(\d+)/g;
+	$n += $_ for scalar($_[0]->cli('info', 'commandstats')) =~ /cmdstat_(?:eval(?:sha)?|fcall):.*?rejected_calls=(\d+)/g;
 	return $n;
 }
 my $rejected0 = rejected($src);
