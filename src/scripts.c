@@ -83,7 +83,7 @@
 "-- that a score of now is passed without printing a number.\n" \
 "local clock_s\n" \
 "local function clock(arg)\n" \
-"  if arg ~= '' then clock_s = arg; return arg + 0 end\n" \
+"  if arg and arg ~= '' then clock_s = arg; return arg + 0 end\n" \
 "  local t = redis.call('TIME')\n" \
 "  if #t[2] == 6 then clock_s = t[1] .. t[2]\n" \
 "  else clock_s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2] end\n" \
@@ -139,21 +139,16 @@
 "-- The entry at a rank: the live units up to it, net of refunds, and its score.\n" \
 "local function net_at(key, lk, rank, base, rb)\n" \
 "  local e = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')\n" \
-"  local n, t = tonumber(e[1]) - base, tonumber(e[2])\n" \
+"  local n, t = e[1] - base, e[2] + 0\n" \
 "  if lk then n = n - (refunded_upto(lk, t) - rb) end\n" \
 "  return n, t\n" \
 "end\n" \
 "-- Time at which the live entries from rank r0 on free `need` units, and\n" \
 "-- the time of the first of them (when the count may next change). Net\n" \
 "-- units never decrease with rank, so a binary search finds it: O(log n),\n" \
-"-- or O(log^2 n) when the key has a ledger. fm, fs: the member and score\n" \
-"-- of the entry at r0 when the caller has them (trim's head), else nil.\n" \
-"local function freeing_time(key, lk, r0, base, rb, need, fm, fs)\n" \
-"  local v, first\n" \
-"  if fm then\n" \
-"    v, first = tonumber(fm) - base, tonumber(fs)\n" \
-"    if lk then v = v - (refunded_upto(lk, first) - rb) end\n" \
-"  else v, first = net_at(key, lk, r0, base, rb) end\n" \
+"-- or O(log^2 n) when the key has a ledger.\n" \
+"local function freeing_time(key, lk, r0, base, rb, need)\n" \
+"  local v, first = net_at(key, lk, r0, base, rb)\n" \
 "  if v >= need then return first, first end\n" \
 "  local lo, hi = r0 + 1, redis.call('ZCARD', key) - 1\n" \
 "  while lo < hi do\n" \
@@ -170,51 +165,34 @@
 "  return (freeing_time(key, lk, r0, base, rb, used))\n" \
 "end\n" \
 "-- The log up to cutoff: its base (running total before the window), the\n" \
-"-- rank of the first live entry, the ledger's base, when nothing has\n" \
-"-- expired the first live entry's member and score (else nil), and when the\n" \
-"-- head read holds the whole log, what newest() would return (else nil).\n" \
-"-- The base is the first entry when that is scored -inf (as earlier builds\n" \
-"-- wrote it) or has left the window. When writing, every entry that has left\n" \
-"-- but the newest goes, and that one stays as the base: one write (not two)\n" \
-"-- trims a busy key, one entry leaving per call. The ledger keeps its base\n" \
-"-- in a member scored -inf.\n" \
+"-- rank of the first live entry, and the ledger's base. The base is the\n" \
+"-- newest entry that has left the window (an entry scored -inf, as earlier\n" \
+"-- builds wrote the base, is among them). When writing, every entry that has\n" \
+"-- left but that one goes, and it stays first in the log: one write (not\n" \
+"-- two) trims a busy key, one entry leaving per call. The entries that have\n" \
+"-- left are read by score, members only (O(log n)): Redis 7.0 prints every\n" \
+"-- score it returns with %.17g, which cost more than the rest of the read.\n" \
+"-- The ledger keeps its base in a member scored -inf.\n" \
 "local function trim(key, lk, cutoff, write)\n" \
-"  -- the head of the log (O(1)): when its first timed entry is still in the\n" \
-"  -- window, nothing has expired and no search is needed; when only that\n" \
-"  -- one has left (a busy key, one call after another), neither. Each\n" \
-"  -- score is read as a number once ('-inf' + 0 is -inf).\n" \
-"  local h = redis.call('ZRANGE', key, '0', '2', 'WITHSCORES')\n" \
-"  local nh = #h\n" \
-"  if nh == 0 then return 0, 0, 0, nil, nil, 0, nil end\n" \
-"  local s1, s2, s3 = h[2] + 0, nil, nil\n" \
-"  if nh > 2 then s2 = h[4] + 0 end\n" \
-"  if nh > 4 then s3 = h[6] + 0 end\n" \
-"  -- a log of at most two entries (most keys) is all in h: its newest\n" \
-"  -- needs no read of its own (none live: the total is the base)\n" \
-"  local nt, nts\n" \
-"  if nh < 6 then\n" \
-"    nt = h[nh - 1] + 0\n" \
-"    local sl = s2 or s1\n" \
-"    if sl > cutoff then nts = sl end\n" \
-"  end\n" \
+"  local c = string.format('%d', cutoff)\n" \
+"  local x = redis.call('ZRANGE', key, c, '-inf', 'BYSCORE', 'REV', 'LIMIT', '0', '8')\n" \
+"  local nx = #x\n" \
 "  local rb = 0\n" \
 "  if lk then rb = refunded_upto(lk, cutoff) end\n" \
-"  if s1 > cutoff then return 0, 0, rb, h[1], s1, nt, nts end\n" \
-"  if not s2 or s2 > cutoff then return h[1] + 0, 1, rb, h[3], s2, nt, nts end\n" \
-"  local old, os\n" \
-"  if not s3 or s3 > cutoff then old, os = h[3], h[4]\n" \
-"  else\n" \
-"    local o = redis.call('ZREVRANGEBYSCORE', key, cutoff, '-inf', 'WITHSCORES', 'LIMIT', '0', '1')\n" \
-"    old, os = o[1], o[2]\n" \
-"  end\n" \
-"  if write then\n" \
-"    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. os)\n" \
+"  if nx == 0 then return 0, 0, rb end\n" \
+"  if nx > 1 and write then\n" \
+"    if nx < 8 then redis.call('ZREM', key, unpack(x, 2))\n" \
+"    else\n" \
+"      -- eight or more have left: all before the newest of them, by its score\n" \
+"      local o = redis.call('ZRANGE', key, c, '-inf', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')\n" \
+"      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. o[2])\n" \
+"    end\n" \
 "    if lk then\n" \
 "      redis.call('ZREMRANGEBYSCORE', lk, '-inf', cutoff)\n" \
 "      if rb > 0 or keep then redis.call('ZADD', lk, '-inf', rb) end\n" \
 "    end\n" \
 "  end\n" \
-"  return old + 0, 1, rb, nil, nil, nt, nts\n" \
+"  return x[1] + 0, 1, rb\n" \
 "end\n" \
 "-- The newest running total and its time (nil if the log holds no entry).\n" \
 "local function newest(key, base)\n" \
@@ -262,10 +240,12 @@
 #define LUA_PRELUDE LUA_PRELUDE_BASE LUA_PRELUDE_LOG
 
 /*
- * KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV lim, win (us), cost, now
- * (us, or '' for Redis TIME), force ('1': record the call even if it is over
- * the limit or blocked, for shadow mode), and 'k' under Redis Cluster (keep
- * the ledger and the block key, see keep).
+ * KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV lim, win (us), cost, and
+ * only when needed flags and now: flags holds 'f' (force: record the call
+ * even if it is over the limit or blocked, for shadow mode) and 'k' under
+ * Redis Cluster (keep the ledger and the block key, see keep); now is the
+ * time in us (absent or '': Redis TIME). Each argument costs Redis about a
+ * thousand instructions, so most calls send the first three alone.
  * Returns {allowed, remaining, retry_after_us, reset_at_us, used, recorded,
  * stable_us}, where recorded is the score of the entry written, or -1, and
  * stable_us (on a denial) is how long the same call would get the same answer
@@ -279,11 +259,15 @@
  */
 #define LUA_LOG_ATTEMPT_BODY \
 "local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])\n" \
-"if ARGV[6] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end\n" \
 "local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0\n" \
-"local now = clock(ARGV[4])\n" \
-"local base, r0, rb, fm, fs, total, last_ts = trim(key, lk, now - win, true)\n" \
-"if not total then total, last_ts = newest(key, base) end\n" \
+"local flags, force = ARGV[4], false\n" \
+"if flags and flags ~= '' then\n" \
+"  force = string.find(flags, 'f', 1, true) ~= nil\n" \
+"  if string.find(flags, 'k', 1, true) then keep = KEYS[2]; bkeep = KEYS[3] end\n" \
+"end\n" \
+"local now = clock(ARGV[5])\n" \
+"local base, r0, rb = trim(key, lk, now - win, true)\n" \
+"local total, last_ts = newest(key, base)\n" \
 "local rt, rlast = rb, nil\n" \
 "if lk then rt, rlast = ledger_newest(lk, rb) end\n" \
 "local used = total - base - (rt - rb)\n" \
@@ -295,12 +279,12 @@
 "  local first = nil\n" \
 "  if not ok then\n" \
 "    local free_at\n" \
-"    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim, fm, fs)\n" \
+"    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim)\n" \
 "    retry = free_at + win - now\n" \
 "  elseif used > 0 then\n" \
-"    if fs then first = tonumber(fs) else first = select(2, net_at(key, lk, r0, base, rb)) end\n" \
+"    first = select(2, net_at(key, lk, r0, base, rb))\n" \
 "  end\n" \
-"  if ARGV[5] ~= '1' then\n" \
+"  if not force then\n" \
 "    local reset = now\n" \
 "    if used > 0 then reset = last_live(key, lk, r0, base, rb, used, last_ts, rlast) + win end\n" \
 "    local r = blocked({0, rem, retry, reset, used, -1, 0}, bend, now)\n" \
@@ -395,19 +379,24 @@ static const char lua_log_peek[] = LUA_PRELUDE LUA_LOG_PEEK_BODY;
 /*
  * The counting algorithms keep O(1) state per key in a hash (or a string),
  * never a log. Each script serves attempt, forced attempt and peek:
- * KEYS[1] state, KEYS[2] block; ARGV lim, win (us), cost, now (us, or ''),
- * mode ('0' attempt, '1' record even if over the limit or blocked (shadow
- * mode), 'p' peek: decide for the given cost, write nothing), and 'k' under
- * Redis Cluster (keep the block key, see bkeep). Same reply as the log
+ * KEYS[1] state, KEYS[2] block; ARGV lim, win (us), cost, and only when
+ * needed flags and now (as for the log): flags holds 'f' (record even if over
+ * the limit or blocked: shadow mode), 'p' (peek: decide for the given cost,
+ * write nothing) and 'k' under Redis Cluster (keep the block key, see bkeep);
+ * without flags, an attempt. Same reply as the log
  * scripts; recorded is always -1 (these algorithms keep no entry a refund
  * could remove).
  */
 #define LUA_COUNTER_HEAD \
 "local key = KEYS[1]\n" \
 "local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0\n" \
-"local now = clock(ARGV[4])\n" \
-"local mode = ARGV[5]\n" \
-"if ARGV[6] == 'k' then bkeep = KEYS[2] end\n" \
+"local flags, mode = ARGV[4], '0'\n" \
+"if flags and flags ~= '' then\n" \
+"  if string.find(flags, 'p', 1, true) then mode = 'p'\n" \
+"  elseif string.find(flags, 'f', 1, true) then mode = '1' end\n" \
+"  if string.find(flags, 'k', 1, true) then bkeep = KEYS[2] end\n" \
+"end\n" \
+"local now = clock(ARGV[5])\n" \
 "local bend = block_end(KEYS[2])\n" \
 "local start = now - (now % win)\n"
 
@@ -509,9 +498,13 @@ static const char lua_sliding_counter[] = LUA_PRELUDE_BASE LUA_SLIDING_COUNTER_B
 #define LUA_TOKEN_BUCKET_BODY \
 "local key = KEYS[1]\n" \
 "local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0\n" \
-"local now = clock(ARGV[4])\n" \
-"local mode = ARGV[5]\n" \
-"if ARGV[6] == 'k' then bkeep = KEYS[2] end\n" \
+"local flags, mode = ARGV[4], '0'\n" \
+"if flags and flags ~= '' then\n" \
+"  if string.find(flags, 'p', 1, true) then mode = 'p'\n" \
+"  elseif string.find(flags, 'f', 1, true) then mode = '1' end\n" \
+"  if string.find(flags, 'k', 1, true) then bkeep = KEYS[2] end\n" \
+"end\n" \
+"local now = clock(ARGV[5])\n" \
 "local bend = block_end(KEYS[2])\n" \
 "local t = win / lim\n" \
 "local tat = (redis.call('GET', key) or 0) + 0\n" \

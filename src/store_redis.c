@@ -257,8 +257,29 @@ clock_arg(char *buf, size_t size)
 }
 
 /*
- * Run one sliding-log script: ARGV is lim, win, [cost,] now[, force]. Attempt
- * and peek differ only in the script and in whether a cost is passed.
+ * The optional arguments of an attempt, after lim, win and cost: flags
+ * (mode, and 'k' under Cluster), then the test clock; each only when it or
+ * one after it is needed. Returns the new argc.
+ */
+static int
+add_flags(const char **argv, int n, const char *mode, bool cluster,
+		  char *nowbuf, size_t nowsize)
+{
+	static char flags[4];
+	const char *now = clock_arg(nowbuf, nowsize);
+
+	snprintf(flags, sizeof(flags), "%s%s", mode, cluster ? "k" : "");
+	if (flags[0] != '\0' || now[0] != '\0')
+		argv[n++] = flags;
+	if (now[0] != '\0')
+		argv[n++] = now;
+	return n;
+}
+
+/*
+ * Run one sliding-log script: ARGV is lim, win, then for an attempt cost
+ * and the optional flags and clock (add_flags), for a peek now ('' for
+ * Redis TIME).
  */
 static bool
 run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
@@ -283,12 +304,11 @@ run_log_script(ScriptId id, const RlArgs *args, bool with_cost,
 	{
 		snprintf(cost, sizeof(cost), INT64_FORMAT, args->cost);
 		argv[n++] = cost;
+		n = add_flags(argv, n, args->force ? "f" : "", redis_target_is_cluster(),
+					  now, sizeof(now));
 	}
-	argv[n++] = clock_arg(now, sizeof(now));
-	if (with_cost)
-		argv[n++] = args->force ? "1" : "0";
-	if (with_cost && redis_target_is_cluster())
-		argv[n++] = "k";
+	else
+		argv[n++] = clock_arg(now, sizeof(now));
 
 	return run_outcome_script(id, args, !with_cost, 3, keys, n, argv, o, r);
 }
@@ -309,8 +329,8 @@ static const ScriptId counter_scripts[ALGO_COUNT] = {
 };
 
 /*
- * A counting algorithm: ARGV lim, win, cost, now, mode ('0', '1' or 'p'),
- * and under Cluster 'k'.
+ * A counting algorithm: ARGV lim, win, cost, then the optional flags ('f'
+ * forced, 'p' peek, 'k' under Cluster) and clock (add_flags).
  */
 static bool
 run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
@@ -321,7 +341,7 @@ run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 				cost[24],
 				now[24];
 	const char *argv[6];
-	int			n = 5;
+	int			n;
 
 	build_key(&keys[0], algorithm_tags[args->algorithm], args);
 	build_block_key(&keys[1], args);
@@ -331,10 +351,8 @@ run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 	argv[0] = lim;
 	argv[1] = win;
 	argv[2] = cost;
-	argv[3] = clock_arg(now, sizeof(now));
-	argv[4] = peek ? "p" : args->force ? "1" : "0";
-	if (!peek && redis_target_is_cluster())
-		argv[n++] = "k";
+	n = add_flags(argv, 3, peek ? "p" : args->force ? "f" : "",
+				  !peek && redis_target_is_cluster(), now, sizeof(now));
 	return run_outcome_script(counter_scripts[args->algorithm], args, peek, 2, keys,
 							  n, argv, o, r);
 }

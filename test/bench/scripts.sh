@@ -187,21 +187,21 @@ echo "Redis $(rcli INFO server | tr -d '\r' | sed -n 's/^redis_version://p'), $r
 
 prep='rcli FLUSHDB >/dev/null'
 row 'many keys, admitted' lua_log_attempt naive \
-	3 'log:__rand_int__' 'logr:__rand_int__' 'blk:__rand_int__' $big $win 1 '' 0 -- 1 'naive:__rand_int__' $big $win
+	3 'log:__rand_int__' 'logr:__rand_int__' 'blk:__rand_int__' $big $win 1 -- 1 'naive:__rand_int__' $big $win
 # Hot keys in their steady state: a window short enough that entries leave
 # it as fast as calls add them, about 1,000 and 100,000 entries at this
 # machine's rate (the label gives the entries each key held, sampled while
 # slidewin's function ran, and the naive script's).
 for w in 20000 2000000; do
-	warm lua_log_attempt 3 "hot$w" "hot$w:r" "hot$w:b" $big $w 1 '' 0
+	warm lua_log_attempt 3 "hot$w" "hot$w:r" "hot$w:b" $big $w 1
 	redis-benchmark -h 127.0.0.1 -p "$port" -c 8 -n "$requests" -r 100000 -q EVALSHA "${sha[naive]}" 1 "naivehot$w" $big $w >/dev/null 2>&1
 	sample "hot$w" "$work/e1" &
-	f=$(frun lua_log_attempt 3 "hot$w" "hot$w:r" "hot$w:b" $big $w 1 '' 0)
+	f=$(frun lua_log_attempt 3 "hot$w" "hot$w:r" "hot$w:b" $big $w 1)
 	wait
 	sample "naivehot$w" "$work/e2" &
 	n=$(run naive 1 "naivehot$w" $big $w)
 	wait
-	e=$(run lua_log_attempt 3 "hot$w" "hot$w:r" "hot$w:b" $big $w 1 '' 0)
+	e=$(run lua_log_attempt 3 "hot$w" "hot$w:r" "hot$w:b" $big $w 1)
 	nf=$(frun naive 1 "naivehot$w" $big $w)
 	read -r fs fp <<<"$f"; read -r ns np <<<"$n"; read -r es _ <<<"$e"; read -r nfs _ <<<"$nf"
 	r1=$(awk -v a="$fs" -v b="$ns" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f ×", a / b; else print "-" }')
@@ -210,14 +210,14 @@ for w in 20000 2000000; do
 done
 # A full key: lim 1,000, 1,000 entries in an hour's window; every call denied.
 prep=
-redis-benchmark -h 127.0.0.1 -p "$port" -c 1 -n 1000 -q FCALL "${fn[lua_log_attempt]}" 3 full full:r full:b 1000 $win 1 '' 0 >/dev/null 2>&1
+redis-benchmark -h 127.0.0.1 -p "$port" -c 1 -n 1000 -q FCALL "${fn[lua_log_attempt]}" 3 full full:r full:b 1000 $win 1 >/dev/null 2>&1
 redis-benchmark -h 127.0.0.1 -p "$port" -c 1 -n 1000 -q EVALSHA "${sha[naive]}" 1 naivefull 1000 $win >/dev/null 2>&1
 row 'denial (a full key, lim 1,000)' lua_log_attempt naive \
-	3 full full:r full:b 1000 $win 1 '' 0 -- 1 naivefull 1000 $win
+	3 full full:r full:b 1000 $win 1 -- 1 naivefull 1000 $win
 prep='rcli FLUSHDB >/dev/null'
 for a in fixed_window sliding_counter token_bucket; do
 	row "$a, many keys" "lua_$a" naive \
-		2 "$a:__rand_int__" "$a:b:__rand_int__" $big $win 1 '' 0 -- 1 'naive2:__rand_int__' $big $win
+		2 "$a:__rand_int__" "$a:b:__rand_int__" $big $win 1 -- 1 'naive2:__rand_int__' $big $win
 done
 
 echo "| row | slidewin's function (FCALL), µs per call (commandstats) | naive script (EVALSHA) | ratio | slidewin's script (EVALSHA) | ratio | naive script as a function (FCALL) | slidewin FCALL, Redis process CPU µs per call | naive, process |"
@@ -284,24 +284,24 @@ iratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "
 commas() { printf "%s" "$1" | sed -e :a -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/; ta'; }
 echo "instructions per call (callgrind), a Redis of its own per row..." >&2
 lib=$work/library.lua
-args=(3 'log:__rand_int__' 'logr:__rand_int__' 'blk:__rand_int__' $big $win 1 '' 0)
+args=(3 'log:__rand_int__' 'logr:__rand_int__' 'blk:__rand_int__' $big $win 1)
 irow 'many keys, admitted' \
 	"$(ir "${fn[lua_log_attempt]}" "$lib" none "${args[@]}")" \
 	"$(ir EVALSHA "$work/naive.lua" none 1 'naive:__rand_int__' $big $win)" \
 	"$(ir EVALSHA "$work/lua_log_attempt.lua" none "${args[@]}")"
-args=(3 hot hot:r hot:b $big 1000000 1 '' 0)
+args=(3 hot hot:r hot:b $big 1000000 1)
 hs=$(ir "${fn[lua_log_attempt]}" "$lib" hot "${args[@]}")
 hn=$(ir EVALSHA "$work/naive.lua" naivehot 1 naivehot $big 1000000)
 he=$(ir EVALSHA "$work/lua_log_attempt.lua" hot "${args[@]}")
 irow "hot key, window 1 s, admitted (about ${hs#* } and ${hn#* } entries)" "$hs" "$hn" "$he"
-args=(3 full full:r full:b 1000 $win 1 '' 0)
+args=(3 full full:r full:b 1000 $win 1)
 irow 'denial (a full key, lim 1,000)' \
 	"$(ir "${fn[lua_log_attempt]}" "$lib" none "${args[@]}")" \
 	"$(ir EVALSHA "$work/naive.lua" none 1 naivefull 1000 $win)" \
 	"$(ir EVALSHA "$work/lua_log_attempt.lua" none "${args[@]}")"
 ir_naive=$(ir EVALSHA "$work/naive.lua" none 1 'naive:__rand_int__' $big $win)
 for a in fixed_window sliding_counter token_bucket; do
-	args=(2 "$a:__rand_int__" "$a:b:__rand_int__" $big $win 1 '' 0)
+	args=(2 "$a:__rand_int__" "$a:b:__rand_int__" $big $win 1)
 	irow "$a, many keys" "$(ir "${fn[lua_$a]}" "$lib" none "${args[@]}")" "$ir_naive" \
 		"$(ir EVALSHA "$work/lua_$a.lua" none "${args[@]}")"
 done
