@@ -1,7 +1,8 @@
 # The sliding log's trim, seen in Redis (on the test clock):
 #  - a busy key holds its live entries and one base, never the entries that
 #    have left the window (a script that skips the trim fails here);
-#  - one entry leaving, several leaving, all leaving;
+#  - one entry leaving, a few (removed by name), many (removed by score),
+#    all leaving;
 #  - a log written in the earlier layout (its base a member scored -inf) is
 #    read right and loses that member at its next trim;
 #  - a ledger (refunds) is trimmed with its log, and its units still count.
@@ -60,6 +61,14 @@ is(call_at('trim:burst', 11_015, 1000), 't|985|redis', 'burst: 14 still in the w
 $log = log_of('trim:burst');
 is(scalar(@$log) / 2, 16, 'burst: 15 live entries and one base');
 is($log->[1], $us0 + 10_015_000, 'the base is the newest of the 16 that left');
+
+# A few leave at once (removed by name, as one does on a busy key): six
+# calls 1 ms apart, then a call 1.004 s after the first: five have left.
+call_at('trim:few', 50_000 + $_, 1000) for 0 .. 5;
+is(call_at('trim:few', 51_004, 1000), 't|998|redis', 'a few left: one still in the window, plus this call');
+$log = log_of('trim:few');
+is_deeply($log, [ '5', $us0 + 50_004_000, '6', $us0 + 50_005_000, '7', $us0 + 51_004_000 ],
+	'a few left: the newest of them is the base, the other four are gone');
 
 # Everything leaves: the log starts again.
 is(call_at('trim:burst', 20_000, 1000), 't|999|redis', 'all left: one unit in the window');
