@@ -209,6 +209,12 @@ if [[ $run_label == cluster ]]; then
 	tap_tests=()
 	fuzz_targets=()
 	unit_tests=()
+elif [[ -n $run_label ]]; then
+	# The Valkey and sanitize passes: the fuzzers and unit tests use no server
+	# and are built with the sanitizers already, so another run of them would
+	# check nothing the first did not.
+	fuzz_targets=()
+	unit_tests=()
 fi
 if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
 	mapfile -t regress_tests < <(printf '%s\n' "${regress_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
