@@ -1056,9 +1056,10 @@ drop_reply(RedisResult *result)
  * FCALL of script id's function. True when its result stands (an answer,
  * or a failure to reach Redis); false when the script should run by
  * EVALSHA instead: the server has no functions (Redis 6.2), the user may
- * not call or load them, or Redis is out of memory (a function that may
- * write is refused before it runs; as a script, a call that writes nothing,
- * a denial, still gets its answer).
+ * not call or load them, or Redis refuses writes for now (out of memory, a
+ * failed snapshot, too few replicas): a function that may write is refused
+ * before it runs, where a script runs until it writes, so that a call that
+ * writes nothing (a denial, a peek) still gets its answer.
  */
 static bool
 run_function(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
@@ -1092,7 +1093,8 @@ run_function(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
 		redis_exec(argc, argv, lens, result);
 		if (result->status != RS_FAIL_REPLY)
 			return true;
-		if (reply_starts(result, "OOM"))
+		if (reply_starts(result, "OOM") || reply_starts(result, "MISCONF") ||
+			reply_starts(result, "NOREPLICAS"))
 		{
 			drop_reply(result);
 			return false;

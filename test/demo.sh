@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: start a throwaway Redis and PostgreSQL on loopback, run the
 # scenario in demo.sql, the boundary experiment in demo_boundary.sql (and its
-# chart, test/bench/charts/boundary.svg, drawn by test/bench/charts.sh) and the
+# chart, test/bench/charts/boundary.svg, drawn by test/bench/charts.sh), what
+# Redis ran for them (slidewin's library of functions), and the
 # Sentinel failover scene of demo_failover.sh, the Redis Cluster scene
 # of demo_cluster.sh, the HTTP scene of demo_fastapi.sh (examples/fastapi), the
 # concurrency slots of demo_slots.sh and the statistics of demo_stats.sql
@@ -38,6 +39,15 @@ bash "$here/bench/charts.sh" boundary "$work/boundary.tsv" "$chart_dir/boundary.
 echo "The same experiment on the test clock (a call every 10 ms from 9 s to 11 s), call by call:"
 awk -F '\t' '{ last[$1] = $3 } END { for (a in last) printf "   %-16s %3d admitted\n", a, last[a] }' "$work/boundary.tsv" | sort -k2,2nr
 echo "drawn in $chart_dir/boundary.svg (set SLIDEWIN_DEMO_CHARTS to draw it elsewhere)"
+# What Redis ran for all of the above: slidewin's library of functions.
+echo
+echo "== What Redis ran: the calls that decide went to slidewin's library of functions (FCALL),"
+echo "   loaded once with FUNCTION LOAD; refunds, blocks and slots are scripts (EVALSHA)"
+"$SLIDEWIN_REDIS_CLI" -p "$redis_port" FUNCTION LIST | awk 'prev == "library_name" { print "   library " $0 } { prev = $0 }'
+"$SLIDEWIN_REDIS_CLI" -p "$redis_port" INFO commandstats | tr -d '\r' |
+	awk -F'[:,=]' '$1 ~ /^cmdstat_(fcall|evalsha|eval|function\|load)$/ {
+		for (i = 2; i < NF; i += 2) { if ($i == "calls") c = $(i + 1); if ($i == "usec_per_call") u = $(i + 1) }
+		printf "   %-14s %6d calls, %6.2f us of Redis each\n", substr($1, 9), c, u }'
 bash "$here/demo_failover.sh" "$work" "$pg_port"
 bash "$here/demo_cluster.sh" "$work" "$pg_port"
 bash "$here/demo_fastapi.sh" "$work" "$pg_port"

@@ -31,7 +31,7 @@ sub scripts_run
 	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
 	{
 		$n += $1 - $2
-		  if $line =~ /^cmdstat_eval(?:sha)?:calls=(\d+),.*failed_calls=(\d+)/;
+		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
 	}
 	return $n;
 }

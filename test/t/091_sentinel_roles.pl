@@ -48,7 +48,7 @@ sub script_calls
 {
 	my ($redis) = @_;
 	my $n = 0;
-	for ($redis->cli('info', 'commandstats') =~ /^cmdstat_eval(?:sha)?:(.*)$/mg)
+	for ($redis->cli('info', 'commandstats') =~ /^cmdstat_(?:eval(?:sha)?|fcall):(.*)$/mg)
 	{
 		my %f = map { split /=/ } split /,/;
 		$n += ($f{calls} // 0) + ($f{rejected_calls} // 0) + ($f{failed_calls} // 0);
