@@ -306,11 +306,33 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 		if (__builtin_add_overflow(v[RF_RECORDED], call->win_us, &v[RF_RESET]))
 			v[RF_RESET] = -1;
 	}
+	/*
+	 * The counting algorithms answer an admission on a key not blocked with
+	 * {remaining, reset_at, used}.
+	 */
+	else if (call->algorithm != ALGO_SLIDING_LOG && !multi && !call->peek &&
+			 rep->elements == 3)
+	{
+		static const int fields[3] = {RF_REMAINING, RF_RESET, RF_USED};
+
+		for (size_t i = 0; i < 3; i++)
+		{
+			if (rep->element[i]->type != REDIS_REPLY_INTEGER)
+				return refuse(why, whysize, "Field \"%s\" of the %s %s reply is %s, not an integer.",
+							  field_names[fields[i]], call->algorithm_name, kind,
+							  reply_type_name(rep->element[i]));
+			v[fields[i]] = rep->element[i]->integer;
+		}
+		v[RF_ALLOWED] = 1;
+		v[RF_RETRY] = 0;
+		v[RF_RECORDED] = -1;
+	}
 	else if (rep->elements != n)
 		return refuse(why, whysize, "The %s %s reply has %zu elements, not %zu%s.",
 					  call->algorithm_name, kind, rep->elements, n,
-					  call->algorithm == ALGO_SLIDING_LOG && !call->peek ?
-					  " (or 2 for an admission)" : "");
+					  call->peek || multi ? "" :
+					  call->algorithm == ALGO_SLIDING_LOG ? " (or 2 for an admission)" :
+					  " (or 3 for an admission)");
 	else
 		for (size_t i = 0; i < n; i++)
 		{

@@ -385,7 +385,8 @@ static const char lua_log_peek[] = LUA_PRELUDE LUA_LOG_PEEK_BODY;
  * write nothing) and 'k' under Redis Cluster (keep the block key, see bkeep);
  * without flags, an attempt. Same reply as the log
  * scripts; recorded is always -1 (these algorithms keep no entry a refund
- * could remove).
+ * could remove). An admission on a key not blocked answers {remaining,
+ * reset_at, used} only (allowed 1, retry_after 0, recorded -1).
  */
 #define LUA_COUNTER_HEAD \
 "local key = KEYS[1]\n" \
@@ -422,10 +423,11 @@ LUA_COUNTER_HEAD \
 "-- HINCRBY: the ACL of doc/installing.md has the one, not the other)\n" \
 "if n > 0 then redis.call('HSET', key, 'n', n + cost)\n" \
 "else\n" \
-"  redis.call('HSET', key, 's', start, 'n', cost)\n" \
-"  redis.call('PEXPIRE', key, ttl)\n" \
+"  redis.call('HSET', key, 's', string.format('%d', start), 'n', ARGV[3])\n" \
+"  redis.call('PEXPIRE', key, string.format('%d', ttl))\n" \
 "end\n" \
 "keep_block(ttl)\n" \
+"if ok and bend <= now then return {lim - n - cost, reset, n + cost} end\n" \
 "if ok then return blocked({1, lim - n - cost, 0, reset, n + cost, -1}, bend, now) end\n" \
 "return blocked({0, 0, reset - now, reset, n + cost, -1}, bend, now)\n"
 
@@ -477,10 +479,13 @@ LUA_COUNTER_HEAD \
 "-- expiry, set by the bucket's first call, stands (as in fixed_window)\n" \
 "if s == start and c > 0 then redis.call('HSET', key, 'c', c + cost)\n" \
 "else\n" \
-"  redis.call('HSET', key, 's', start, 'c', c + cost, 'p', p)\n" \
-"  redis.call('PEXPIRE', key, ttl)\n" \
+"  redis.call('HSET', key, 's', string.format('%d', start), 'c', c + cost, 'p', p)\n" \
+"  redis.call('PEXPIRE', key, string.format('%d', ttl))\n" \
 "end\n" \
 "keep_block(ttl)\n" \
+"if ok and bend <= now then\n" \
+"  return {math.floor(lim - est - cost), start + 2 * win, math.ceil(est + cost)}\n" \
+"end\n" \
 "if ok then return blocked(answer(true, est + cost, c + cost), bend, now) end\n" \
 "local r = answer(false, est + cost, c + cost)\n" \
 "r[2] = 0\n" \
@@ -519,12 +524,13 @@ static const char lua_sliding_counter[] = LUA_PRELUDE_BASE LUA_SLIDING_COUNTER_B
 "  if not ok then retry = math.max(1, math.ceil(new - win - now - 1e-3)) end\n" \
 "  return blocked({ok and 1 or 0, rem, retry, math.ceil(tat), used, -1}, bend, now)\n" \
 "end\n" \
-"local ttl = math.ceil((new - now) / 1000) + 1\n" \
+"local ttl = string.format('%d', math.ceil((new - now) / 1000) + 1)\n" \
 "redis.call('SET', key, string.format('%.17g', new), 'PX', ttl)\n" \
 "keep_block(ttl)\n" \
 "if ok then\n" \
 "  local rem = math.floor((win - (new - now)) / t + 1e-9)\n" \
 "  if rem < 0 then rem = 0 end\n" \
+"  if bend <= now then return {rem, math.ceil(new), used + cost} end\n" \
 "  return blocked({1, rem, 0, math.ceil(new), used + cost, -1}, bend, now)\n" \
 "end\n" \
 "return blocked({0, 0, math.max(1, math.ceil(new - win - now - 1e-3)), math.ceil(new), used + cost, -1}, bend, now)\n"

@@ -321,8 +321,22 @@ sub algo
 $fake->script($ints->(1, 99, 0, $ts, 1, -1));
 ($out, $err) = algo('fixed_window', 'error');
 is($out, 't|redis|99', 'fixed_window: a well-formed reply is believed');
+foreach my $algorithm (qw(fixed_window sliding_counter token_bucket))
+{
+	$fake->script($ints->(99, $ts, 1));
+	($out, $err) = algo($algorithm, 'error');
+	is($out, 't|redis|99', "$algorithm: the short form of an admission is believed");
+}
 foreach my $case (
-	[ 'fixed_window', 'the sliding_log shape', $ints->(@admit), qr/The fixed_window attempt reply has 7 elements, not 6\./ ],
+	[ 'fixed_window', 'the sliding_log shape', $ints->(@admit), qr/The fixed_window attempt reply has 7 elements, not 6 \(or 3 for an admission\)\./ ],
+	[ 'fixed_window', 'the short admission, remaining above what is left', $ints->(100, $ts, 1),
+		qr/Field "remaining" of the fixed_window attempt reply is 100, but with 1 units used it must be 99\./ ],
+	[ 'fixed_window', 'the short admission, a string', "*3\r\n:99\r\n\$2\r\n17\r\n:1\r\n",
+		qr/Field "reset_at" of the fixed_window attempt reply is a bulk string, not an integer\./ ],
+	[ 'sliding_counter', 'the short admission, nothing used', $ints->(99, $ts, 0),
+		qr/Field "used" of the sliding_counter attempt reply is 0, but it must include the 1 units recorded\./ ],
+	[ 'token_bucket', 'the short admission, reset_at invalid', $ints->(99, '-9223372036854775807', 1),
+		qr/Field "reset_at" of the token_bucket attempt reply is -9223372036854775807, but it is not a valid time\./ ],
 	[ 'fixed_window', 'retry_after beyond the window', $ints->(0, 0, $win + 1, $ts, 100, -1),
 		qr/Field "retry_after" of the fixed_window attempt reply is 3600000001, but it must be at most the window/ ],
 	[ 'fixed_window', 'a recorded entry', $ints->(1, 99, 0, $ts, 1, $ts), qr/Field "recorded" .* must be -1/ ],
