@@ -388,7 +388,7 @@ static const char lua_log_peek[] = LUA_PRELUDE LUA_LOG_PEEK_BODY;
  * could remove). An admission on a key not blocked answers {remaining,
  * reset_at, used} only (allowed 1, retry_after 0, recorded -1).
  */
-#define LUA_COUNTER_HEAD \
+#define LUA_COUNTER_ARGS \
 "local key = KEYS[1]\n" \
 "local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0\n" \
 "local flags, mode = ARGV[4], '0'\n" \
@@ -398,7 +398,10 @@ static const char lua_log_peek[] = LUA_PRELUDE LUA_LOG_PEEK_BODY;
 "  if string.find(flags, 'k', 1, true) then bkeep = KEYS[2] end\n" \
 "end\n" \
 "local now = clock(ARGV[5])\n" \
-"local bend = block_end(KEYS[2])\n" \
+"local bend = block_end(KEYS[2])\n"
+
+/* ... and the window's start, for the two that count in fixed windows */
+#define LUA_COUNTER_HEAD LUA_COUNTER_ARGS \
 "local start = now - (now % win)\n"
 
 /* fixed_window: windows aligned to multiples of win since the Unix epoch. */
@@ -500,17 +503,7 @@ static const char lua_sliding_counter[] = LUA_PRELUDE_BASE LUA_SLIDING_COUNTER_B
  * burst and are then refilled evenly over win. The 1e-3 us slack absorbs
  * the rounding of win / lim in doubles.
  */
-#define LUA_TOKEN_BUCKET_BODY \
-"local key = KEYS[1]\n" \
-"local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0\n" \
-"local flags, mode = ARGV[4], '0'\n" \
-"if flags and flags ~= '' then\n" \
-"  if string.find(flags, 'p', 1, true) then mode = 'p'\n" \
-"  elseif string.find(flags, 'f', 1, true) then mode = '1' end\n" \
-"  if string.find(flags, 'k', 1, true) then bkeep = KEYS[2] end\n" \
-"end\n" \
-"local now = clock(ARGV[5])\n" \
-"local bend = block_end(KEYS[2])\n" \
+#define LUA_TOKEN_BUCKET_BODY LUA_COUNTER_ARGS \
 "local t = win / lim\n" \
 "local tat = (redis.call('GET', key) or 0) + 0\n" \
 "if tat < now then tat = now end\n" \
@@ -906,13 +899,35 @@ scripts_prepare(void)
 		(void) script_sha1(&scripts[i]);
 }
 
+/* numkeys, the keys and the arguments after argv[0..n-1]; the new argc */
+static int
+add_keys_args(const char **argv, size_t *lens, int n, int nkeys,
+			  const char **keys, const size_t *keylens, int nargs,
+			  const char **args)
+{
+	static const char *const numkeys[] = {"0", "1", "2", "3", "4"};
+
+	argv[n] = numkeys[nkeys];
+	lens[n++] = 1;
+	for (int i = 0; i < nkeys; i++)
+	{
+		argv[n] = keys[i];
+		lens[n++] = keylens[i];
+	}
+	for (int i = 0; i < nargs; i++)
+	{
+		argv[n] = args[i];
+		lens[n++] = strlen(args[i]);
+	}
+	return n;
+}
+
 int
 script_command(ScriptId id, bool eval, int nkeys, const char **keys,
 			   const size_t *keylens, int nargs, const char **args,
 			   const char **argv, size_t *lens)
 {
 	Script	   *s = &scripts[id];
-	static const char *const numkeys[] = {"0", "1", "2", "3", "4"};
 	int			n = 0;
 
 	Assert(nkeys >= 1 && nkeys <= 4 && nargs <= MAX_SCRIPT_ARGS);
@@ -931,19 +946,7 @@ script_command(ScriptId id, bool eval, int nkeys, const char **keys,
 		argv[n] = s->sha1;
 		lens[n++] = SHA1_DIGEST_LENGTH * 2;
 	}
-	argv[n] = numkeys[nkeys];
-	lens[n++] = 1;
-	for (int i = 0; i < nkeys; i++)
-	{
-		argv[n] = keys[i];
-		lens[n++] = keylens[i];
-	}
-	for (int i = 0; i < nargs; i++)
-	{
-		argv[n] = args[i];
-		lens[n++] = strlen(args[i]);
-	}
-	return n;
+	return add_keys_args(argv, lens, n, nkeys, keys, keylens, nargs, args);
 }
 
 /*
@@ -1071,7 +1074,6 @@ static bool
 run_function(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
 			 int nargs, const char **args, RedisResult *result)
 {
-	static const char *const numkeys[] = {"0", "1", "2", "3", "4"};
 	const char *argv[SCRIPT_MAX_ARGV];
 	size_t		lens[SCRIPT_MAX_ARGV];
 	int			argc = 0;
@@ -1081,18 +1083,7 @@ run_function(ScriptId id, int nkeys, const char **keys, const size_t *keylens,
 	lens[argc++] = 5;
 	argv[argc] = library_fnames[id];
 	lens[argc++] = strlen(library_fnames[id]);
-	argv[argc] = numkeys[nkeys];
-	lens[argc++] = 1;
-	for (int i = 0; i < nkeys; i++)
-	{
-		argv[argc] = keys[i];
-		lens[argc++] = keylens[i];
-	}
-	for (int i = 0; i < nargs; i++)
-	{
-		argv[argc] = args[i];
-		lens[argc++] = strlen(args[i]);
-	}
+	argc = add_keys_args(argv, lens, argc, nkeys, keys, keylens, nargs, args);
 
 	for (int attempt = 0;; attempt++)
 	{
