@@ -56,6 +56,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
+# Seconds on a clock that never steps (the wall clock of a virtual machine
+# can), for the deadlines of the waits below.
+sub _mono { return Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) }
+
 our @EXPORT_OK =
   qw(start_redis new_node src_dir allow_log_line asan_options check_server_maps);
 
@@ -546,8 +550,8 @@ sub _launch
 	system(@cmd) == 0 or croak "$server_bin did not launch: @cmd";
 
 	# Wait until the server answering on the port is the one we started.
-	my $deadline = time + 10;
-	while (time < $deadline)
+	my $deadline = SlidewinTest::_mono() + 10;
+	while (SlidewinTest::_mono() < $deadline)
 	{
 		if (-s $self->_pidfile)
 		{
@@ -629,17 +633,27 @@ sub alive
 sub _wait_gone
 {
 	my ($self) = @_;
-	my $deadline = time + 10;
-	while ($self->alive && time < $deadline)
+	my $deadline = SlidewinTest::_mono() + 10;
+	while ($self->alive && SlidewinTest::_mono() < $deadline)
 	{
 		usleep(20_000);
 	}
-	croak "redis pid $self->{pid} still alive" if $self->alive;
+	if ($self->alive)
+	{
+		my $stat = '';
+		if (open my $fh, '<', "/proc/$self->{pid}/stat")
+		{
+			$stat = <$fh> // '';
+			close $fh;
+		}
+		chomp $stat;
+		croak "redis pid $self->{pid} still alive after 10 s (/proc/$self->{pid}/stat: $stat)";
+	}
 	# A process counted gone may still be closing its files: wait until its
 	# port refuses connections, so that what follows meets a closed port, not
 	# one reset mid-teardown (seen inside test-matrix's PID namespace).
-	my $closed_by = time + 5;
-	while (time < $closed_by)
+	my $closed_by = SlidewinTest::_mono() + 5;
+	while (SlidewinTest::_mono() < $closed_by)
 	{
 		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{port},
 			Proto => 'tcp', Timeout => 1);
