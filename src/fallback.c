@@ -79,6 +79,7 @@
 #include "replication/syncrep.h"
 #include "replication/walsender.h"
 #include "storage/bufmgr.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
@@ -89,6 +90,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "compat.h"
 #include "fallback.h"
@@ -785,10 +787,13 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
 		{
 			/*
 			 * What Redis counted (outage.c): its units stay spent until the
-			 * newest of them leaves the window, and the rows before Redis
-			 * was asked are among them, so only rows from then on are
-			 * counted here (one admitted in that very microsecond may be
-			 * counted twice: an over-count).
+			 * newest of them leaves the window, and this database's rows
+			 * that a call had carried into Redis before Redis answered it
+			 * are among them, so only rows from then on are counted here
+			 * (one admitted in that very microsecond, or carried by a later
+			 * call, may be counted twice: an over-count). A peek's answer,
+			 * or another database's, carried none of this database's rows:
+			 * it moves the units, never that time (outage.c).
 			 * Rows between the window's start and that answer are left in
 			 * place (no clean-up from a raised cutoff): if the answer is
 			 * forgotten, they count again.
@@ -798,8 +803,8 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
 				w->seeded = seed->units;
 				w->seed_frees = seed->frees_at;
 			}
-			if (seed->seen_at - 1 > w->cutoff)
-				w->cutoff = seed->seen_at - 1;
+			if (seed->carried_to != PG_INT64_MIN && seed->carried_to - 1 > w->cutoff)
+				w->cutoff = seed->carried_to - 1;
 		}
 		read_first(s, hinted, w->cutoff,
 				   w->win == st->maxwin && w->cutoff == st->now - w->win ? clean_from : PG_INT64_MAX,
@@ -1785,10 +1790,12 @@ fallback_peek_unblocked(const RlArgs *args, RlOutcome *o)
  * admission in progress and fails if one committed since the read), or,
  * for a key without a head, under the key's lock held until commit. Like
  * every fallback write, it commits or aborts with the transaction. Returns
- * whether units were given back.
+ * whether units were given back; *carried says whether the row's admission
+ * had been carried into Redis (its carry row gone), where the caller must
+ * give it back too.
  */
 bool
-fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us)
+fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us, bool *carried)
 {
 	FbTableId	t = args->algorithm == ALGO_MULTI_LOG ? TBL_MLOG : TBL_LOG;
 	int16		kind = (t == TBL_LOG) ? 1 : 2;
@@ -1801,6 +1808,7 @@ fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us)
 	bool		locked = false;
 	bool		given = false;
 
+	*carried = false;
 	scan_open(&s, t, key, RowExclusiveLock);
 	scan_open(&hs, TBL_HEAD, key, RowExclusiveLock);
 	for (;;)
@@ -1854,7 +1862,7 @@ fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us)
 		 */
 		(void) try_delete(&s, &e.tid);
 		if (t == TBL_LOG)
-			fallback_carry_forget(args, ts);
+			*carried = !fallback_carry_forget(args, ts);
 		for (int i = 0; i < nmoved; i++)
 			if (try_delete(&s, &moved[i].tid))
 				insert_row(&s, moved[i].ts, moved[i].total - cost, moved[i].cost, expires[i]);
@@ -1885,7 +1893,7 @@ fallback_reset(const RlArgs *args)
 		delete_key(&s);
 		scan_close(&s);
 	}
-	fallback_carry_forget(args, -1);
+	(void) fallback_carry_forget(args, -1);
 	outage_forget(args);
 	CommandCounterIncrement();
 }
@@ -1898,6 +1906,31 @@ void
 fallback_lock_key(const RlArgs *args, LOCKTAG *tag)
 {
 	lock_key(stored_key(args), tag);
+}
+
+/*
+ * The same lock, waited for at most timeout_ms, interruptibly, and never
+ * queued for (no deadlock can involve it): false if it was not had.
+ */
+bool
+fallback_try_lock_key(const RlArgs *args, LOCKTAG *tag, int timeout_ms)
+{
+	uint64		h = key_hash(stored_key(args));
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 FALLBACK_LOCK_CLASS);
+	for (;;)
+	{
+		if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+			return true;
+		if (GetCurrentTimestamp() >= deadline)
+			return false;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 void

@@ -17,7 +17,8 @@ extern void fallback_attempt(const RlArgs *args, RlOutcome *o);
 extern void fallback_peek(const RlArgs *args, RlOutcome *o);
 extern void fallback_reset(const RlArgs *args);
 /* rl_refund: give back the entry (ts, cost) of args' log; whether it was. */
-extern bool fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us);
+extern bool fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
+							 bool *carried);
 
 /*
  * The lock under which a counting algorithm's fallback admissions of the
@@ -25,6 +26,7 @@ extern bool fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_
  * it carries the key's admissions and Redis decides.
  */
 extern void fallback_lock_key(const RlArgs *args, LOCKTAG *tag);
+extern bool fallback_try_lock_key(const RlArgs *args, LOCKTAG *tag, int timeout_ms);
 extern void fallback_unlock_key(LOCKTAG *tag);
 
 /* Delete up to `want` expired rows; true if some may remain. */

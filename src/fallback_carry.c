@@ -267,21 +267,26 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 	outage_fallback_wrote(args, cost);
 }
 
-void
+bool
 fallback_carry_forget(const RlArgs *args, int64 ts)
 {
 	CarryRel	c;
 	IndexScanDesc scan;
+	bool		found = false;
 
 	if (!lookup_oids())
-		return;
+		return false;
 	carry_open(&c, RowExclusiveLock);
 	scan = scan_key(&c, fallback_stored_key(args), ts);
 	while (index_getnext_slot(scan, ForwardScanDirection, c.slot))
 		if (ts < 0 || slot_algo(c.slot) == (int16) args->algorithm)
+		{
 			try_delete(&c, &c.slot->tts_tid);
+			found = true;
+		}
 	index_endscan(scan);
 	carry_close(&c);
+	return found;
 }
 
 /* This server and database, as the start of every row's name in Redis. */
@@ -293,6 +298,16 @@ origin(void)
 	snprintf(buf, sizeof(buf), "%llx.%x", (unsigned long long) GetSystemIdentifier(),
 			 (unsigned int) MyDatabaseId);
 	return buf;
+}
+
+bool
+fallback_carry_name(const RlArgs *args, int64 ts, char *buf, size_t size)
+{
+	if (!slidewin_outage_exact || !lookup_oids())
+		return false;
+	snprintf(buf, size, "%s.%d.%llx", origin(), (int) args->algorithm,
+			 (unsigned long long) ts);
+	return true;
 }
 
 /*

@@ -22,8 +22,17 @@ extern bool fallback_carry_available(void);
  */
 extern void fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires);
 
-/* Forget the key's row admitted at ts (-1: every row of the key). */
-extern void fallback_carry_forget(const RlArgs *args, int64 ts);
+/*
+ * Forget the key's row admitted at ts (-1: every row of the key); whether
+ * there was one (else it had been carried, or was never written).
+ */
+extern bool fallback_carry_forget(const RlArgs *args, int64 ts);
+
+/*
+ * The name in Redis of the key's row admitted at ts, as a carry imports it
+ * (false, nothing written: this database carries nothing).
+ */
+extern bool fallback_carry_name(const RlArgs *args, int64 ts, char *buf, size_t size);
 
 /* One key's rows on their way to Redis. */
 typedef struct FallbackCarry

@@ -13,8 +13,21 @@
  * (fallback.c) reads it for the key: it counts those units as spent until
  * then, as if all of them had been admitted with the newest (never fewer
  * than Redis had counted, and never freed sooner), and counts its own rows
- * only from the time of that answer on, since every row before it had been
- * carried into Redis and is among Redis's units. A key whose slot another
+ * from the time up to which they are known to be in Redis (carried_to).
+ *
+ * Which rows an answer stands for. An answer may stand in for the fallback
+ * store's own rows only if those rows are in Redis. So the slot keeps,
+ * beside Redis's count, carried_to and carried_db: the rows of that
+ * database admitted before that time are among Redis's units. They move
+ * only with the answer to a call that carried its key completely before
+ * Redis decided it (outage_carry: nothing left uncommitted that it gave up
+ * waiting for, the counting algorithms' lock had). A peek carries nothing,
+ * and a call from another database carries only that database's rows:
+ * their answers move the count, never carried_to, and another database's
+ * carry leaves this one counting all its rows in the window (an
+ * over-count where some were carried). A prepared transaction's rows turn
+ * visible at COMMIT PREPARED, in whatever backend runs it: that moves
+ * prepared_gen, and a carried_to read before it no longer stands. A key whose slot another
  * key took since (the table bounds memory, not keys), or that Redis never
  * answered on this server, falls back as before, counted in rl_stats.
  * Writers hold the slot's spinlock for a copy of a few words.
@@ -56,12 +69,14 @@
 #include "common/hashfn.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "tcop/utility.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -92,11 +107,23 @@ typedef struct OutageSlot
 	int64		fb_pending;		/* units of fallback admissions not yet committed
 								 * (of any key of this slot: see outage_fallback_wrote) */
 	uint64		fb_written;		/* fallback admissions ever counted in fb_pending */
+
+	/*
+	 * Which of the fallback store's rows the answer above stands in for
+	 * (see "Which rows an answer stands for" in the header): those of
+	 * database carried_db admitted before carried_to (fallback clock), when
+	 * no COMMIT PREPARED has run since carried_gen. Only a call that carried
+	 * the key completely before Redis decided it moves them.
+	 */
+	Oid			carried_db;		/* InvalidOid: no database's rows */
+	int64		carried_to;
+	uint64		carried_gen;
 } OutageSlot;
 
 typedef struct OutageShared
 {
 	pg_atomic_uint64 epoch;		/* moves on every fallback admission */
+	pg_atomic_uint64 prepared_gen;	/* moves at every COMMIT PREPARED */
 	OutageSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } OutageShared;
 
@@ -185,6 +212,15 @@ static bool carried_in_xact = false;
 static bool key_locked = false;
 static LOCKTAG key_lock;
 
+/*
+ * The call being decided carried every row of its key in this database
+ * that an answer could stand in for (outage_carry), and the COMMIT PREPARED
+ * generation it read before looking: outage_remember may then move the
+ * slot's carried_to. Cleared by outage_carry_end.
+ */
+static bool carry_complete = false;
+static uint64 carry_gen = 0;
+
 static void
 outage_xact_callback(XactEvent event, void *arg)
 {
@@ -249,6 +285,7 @@ shmem_startup(void)
 	if (!found)
 	{
 		pg_atomic_init_u64(&shared->epoch, 1);
+		pg_atomic_init_u64(&shared->prepared_gen, 1);
 		for (int i = 0; i < slidewin_outage_keys; i++)
 		{
 			memset(&shared->slots[i], 0, sizeof(OutageSlot));
@@ -258,9 +295,44 @@ shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/*
+ * COMMIT PREPARED makes a prepared transaction's fallback admissions
+ * visible, in a backend that never wrote them and whose transaction
+ * callbacks know nothing of them. So every COMMIT PREPARED moves the epoch
+ * (every backend looks for rows to carry again) and the generation that
+ * the slots' carried_to depends on (no answer given before it stands in
+ * for rows that were invisible then). Rare enough that all keys may pay.
+ */
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+static void
+outage_process_utility(PlannedStmt *pstmt, const char *queryString,
+					   bool readOnlyTree, ProcessUtilityContext context,
+					   ParamListInfo params, QueryEnvironment *queryEnv,
+					   DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+	bool		commit_prepared = parsetree != NULL && IsA(parsetree, TransactionStmt) &&
+		((TransactionStmt *) parsetree)->kind == TRANS_STMT_COMMIT_PREPARED;
+
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+	if (commit_prepared && shared != NULL)
+	{
+		pg_atomic_fetch_add_u64(&shared->prepared_gen, 1);
+		pg_atomic_fetch_add_u64(&shared->epoch, 1);
+	}
+}
+
 void
 outage_init(void)
 {
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = outage_process_utility;
 	RegisterXactCallback(outage_xact_callback, NULL);
 	RegisterSubXactCallback(outage_subxact_callback, NULL);
 	if (!process_shared_preload_libraries_in_progress)
@@ -369,6 +441,14 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 	}
 	if (slot->keyhash != kh)
 		slot->inflight = 0;		/* another key's calls no longer count here */
+	if (slot->keyhash != kh || slot->algorithm != (int) args->algorithm)
+		slot->carried_db = InvalidOid;	/* its rows: another key's, or kind's */
+	if (carry_complete)
+	{
+		slot->carried_db = MyDatabaseId;
+		slot->carried_to = asked_at;
+		slot->carried_gen = carry_gen;
+	}
 	slot->keyhash = kh;
 	slot->algorithm = (int) args->algorithm;
 	slot->lim = args->lim;
@@ -414,6 +494,10 @@ outage_seed(const RlArgs *args, OutageSeed *seed)
 		stats_outage(STATS_OUTAGE_SEEDED_UNITS, copy.units);
 	seed->found = true;
 	seed->seen_at = copy.seen_at;
+	seed->carried_to = PG_INT64_MIN;
+	if (copy.carried_db == MyDatabaseId &&
+		copy.carried_gen == pg_atomic_read_u64(&shared->prepared_gen))
+		seed->carried_to = copy.carried_to;
 	/* calls of other backends in flight may have been admitted */
 	seed->units = copy.units + Max(copy.inflight, 0);
 	seed->frees_at = copy.frees_at;
@@ -507,8 +591,9 @@ static uint64 gave_up_written = 0;
  * interruptibly), so that the rows read next hold every admission made so
  * far. A fallback admission that starts after that counts this call as in
  * flight (outage_asking), so none slips between the carry and the decision.
+ * False when it gave up on some (the carry is then not complete).
  */
-static void
+static bool
 wait_pending(const RlArgs *args)
 {
 	OutageSlot *slot = &shared->slots[outage_keyhash(args) % slidewin_outage_keys];
@@ -524,13 +609,15 @@ wait_pending(const RlArgs *args)
 		others = slot->fb_pending - mine;
 		written = slot->fb_written;
 		SpinLockRelease(&slot->mutex);
-		if (others <= 0 || (slot == gave_up_slot && written == gave_up_written))
-			return;
+		if (others <= 0)
+			return true;
+		if (slot == gave_up_slot && written == gave_up_written)
+			return false;
 		if (GetCurrentTimestamp() >= deadline)
 		{
 			gave_up_slot = slot;
 			gave_up_written = written;
-			return;
+			return false;
 		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 1, PG_WAIT_EXTENSION);
@@ -627,9 +714,18 @@ outage_carry(const RlArgs *args, RedisResult *r)
 {
 	uint64		epoch;
 	bool		found;
+	bool		complete = true;
 
-	if (!covered(args) || !carry_wanted(&epoch))
+	carry_complete = false;
+	if (!covered(args))
 		return true;
+	/* read before looking: a COMMIT PREPARED after this may add rows */
+	carry_gen = shared != NULL ? pg_atomic_read_u64(&shared->prepared_gen) : 0;
+	if (!carry_wanted(&epoch))
+	{
+		carry_complete = slidewin_outage_exact;
+		return true;
+	}
 
 	/*
 	 * A counting algorithm's fallback admission is written under the key's
@@ -639,22 +735,34 @@ outage_carry(const RlArgs *args, RedisResult *r)
 	 * new count in shared memory. Without it, an admission committed just
 	 * after the rows were read would be missing from that decision. Only
 	 * while admissions may wait to be carried, that is, around an outage.
-	 * (The logs' admissions claim the key's head instead, and are waited
-	 * for through their slot's count of uncommitted admissions.)
+	 * The wait is bounded as the sliding log's is, and never queues (a
+	 * transaction left open since the outage holds the lock, and two such
+	 * transactions calling each other's keys would deadlock): past it, the
+	 * call carries what it can see and goes on without the lock, the carry
+	 * is not complete, and the admission still open reaches Redis with a
+	 * call after its commit. (The logs' admissions claim the key's head
+	 * instead, and are waited for through their slot's count of
+	 * uncommitted admissions.)
 	 */
 	if (args->algorithm != ALGO_SLIDING_LOG)
 	{
-		fallback_lock_key(args, &key_lock);
-		key_locked = true;
+		if (fallback_try_lock_key(args, &key_lock, PENDING_WAIT_MS))
+			key_locked = true;
+		else
+			complete = false;
 	}
 	else if (seeds_active())
-		wait_pending(args);
-	return carry_one(args, &found, r);
+		complete = wait_pending(args);
+	if (!carry_one(args, &found, r))
+		return false;
+	carry_complete = complete && slidewin_outage_exact;
+	return true;
 }
 
 void
 outage_carry_end(void)
 {
+	carry_complete = false;
 	if (key_locked)
 	{
 		key_locked = false;

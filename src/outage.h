@@ -43,6 +43,8 @@ typedef struct OutageSeed
 {
 	bool		found;
 	int64		seen_at;
+	int64		carried_to;		/* rows of this database before it are in
+								 * Redis's units; PG_INT64_MIN: none known */
 	int64		units;
 	int64		frees_at;
 } OutageSeed;

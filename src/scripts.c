@@ -315,30 +315,50 @@ static const char lua_log_attempt[] = LUA_PRELUDE LUA_LOG_ATTEMPT_BODY;
  * already has nothing to give back: a refund sent twice gives back once.
  * Returns 1 if units were given back, 0 if there was nothing to give back.
  */
+#define LUA_LOG_REFUND_BODY \
+"if ts <= now - win then return 0 end\n" \
+"local e = redis.call('ZRANGEBYSCORE', key, tsa, tsa)\n" \
+"if not e[1] then return 0 end\n" \
+"local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. tsa, '-inf', 'LIMIT', '0', '1')\n" \
+"local prev = 0\n" \
+"if p[1] then prev = tonumber(p[1]) end\n" \
+"if tonumber(e[1]) - prev ~= cost then return 0 end\n" \
+"if redis.call('ZCOUNT', lk, tsa, tsa) > 0 then return 0 end\n" \
+"local r = refunded_upto(lk, ts)\n" \
+"-- later refunds move up by cost, newest first, so that no moved total\n" \
+"-- ever meets one not yet moved\n" \
+"local later = redis.call('ZRANGEBYSCORE', lk, '(' .. tsa, '+inf', 'WITHSCORES')\n" \
+"for i = #later - 1, 1, -2 do\n" \
+"  redis.call('ZREM', lk, later[i])\n" \
+"  redis.call('ZADD', lk, later[i + 1], tonumber(later[i]) + cost)\n" \
+"end\n" \
+"redis.call('ZADD', lk, tsa, r + cost)\n" \
+"local ttl = redis.call('PTTL', key)\n" \
+"if ttl > 0 then redis.call('PEXPIRE', lk, ttl) end\n" \
+"return 1\n"
+
 static const char lua_log_refund[] = LUA_PRELUDE
 "local key, lk = KEYS[1], KEYS[2]\n"
-"local ts, cost, win = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+"local tsa = ARGV[1]\n"
+"local ts, cost, win = tonumber(tsa), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 "local now = clock(ARGV[4])\n"
-"if ts <= now - win then return 0 end\n"
-"local e = redis.call('ZRANGEBYSCORE', key, ARGV[1], ARGV[1])\n"
-"if not e[1] then return 0 end\n"
-"local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. ARGV[1], '-inf', 'LIMIT', '0', '1')\n"
-"local prev = 0\n"
-"if p[1] then prev = tonumber(p[1]) end\n"
-"if tonumber(e[1]) - prev ~= cost then return 0 end\n"
-"if redis.call('ZCOUNT', lk, ARGV[1], ARGV[1]) > 0 then return 0 end\n"
-"local r = refunded_upto(lk, ts)\n"
-"-- later refunds move up by cost, newest first, so that no moved total\n"
-"-- ever meets one not yet moved\n"
-"local later = redis.call('ZRANGEBYSCORE', lk, '(' .. ARGV[1], '+inf', 'WITHSCORES')\n"
-"for i = #later - 1, 1, -2 do\n"
-"  redis.call('ZREM', lk, later[i])\n"
-"  redis.call('ZADD', lk, later[i + 1], tonumber(later[i]) + cost)\n"
-"end\n"
-"redis.call('ZADD', lk, ARGV[1], r + cost)\n"
-"local ttl = redis.call('PTTL', key)\n"
-"if ttl > 0 then redis.call('PEXPIRE', lk, ttl) end\n"
-"return 1\n";
+LUA_LOG_REFUND_BODY;
+
+/*
+ * The same refund for an entry the fallback store admitted and a carry
+ * imported (lua_log_import): KEYS[3] the imports, ARGV[5] the name the
+ * entry was imported under. Its score is found from the import's
+ * (score + win); a name not among the imports (never carried, or its
+ * window over) has nothing to give back. Returns as lua_log_refund.
+ */
+static const char lua_log_refund_imported[] = LUA_PRELUDE
+"local key, lk = KEYS[1], KEYS[2]\n"
+"local sc = redis.call('ZSCORE', KEYS[3], ARGV[5])\n"
+"if not sc then return 0 end\n"
+"local tsa = fmt(sc - ARGV[3])\n"
+"local ts, cost, win = tonumber(tsa), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+"local now = clock(ARGV[4])\n"
+LUA_LOG_REFUND_BODY;
 
 /*
  * KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV lim, win (us), now (us,
@@ -846,6 +866,7 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_LOG_ATTEMPT] = {lua_log_attempt, LUA_LOG_ATTEMPT_BODY, "log_attempt"},
 	[SCRIPT_LOG_PEEK] = {lua_log_peek, LUA_LOG_PEEK_BODY, "log_peek"},
 	[SCRIPT_LOG_REFUND] = {lua_log_refund},
+	[SCRIPT_LOG_REFUND_IMPORTED] = {lua_log_refund_imported},
 	[SCRIPT_FIXED_WINDOW] = {lua_fixed_window, LUA_FIXED_WINDOW_BODY, "fixed_window"},
 	[SCRIPT_SLIDING_COUNTER] = {lua_sliding_counter, LUA_SLIDING_COUNTER_BODY, "sliding_counter"},
 	[SCRIPT_TOKEN_BUCKET] = {lua_token_bucket, LUA_TOKEN_BUCKET_BODY, "token_bucket"},

@@ -636,8 +636,31 @@ slidewin_refund(PG_FUNCTION_ARGS)
 
 	if (t.fallback)
 	{
+		bool		carried;
+		char		id[96];
+
 		PreventCommandDuringRecovery("rl_refund of an entry of the fallback store");
-		given = fallback_refund(&args, t.ts, t.cost, t.win_us);
+		given = fallback_refund(&args, t.ts, t.cost, t.win_us, &carried);
+
+		/*
+		 * An admission already carried into Redis counts there too: it is
+		 * given back there now, as a Redis entry is (whatever becomes of
+		 * this transaction), or, when Redis cannot answer, not at all: an
+		 * ERROR, which takes the fallback store's refund back with it.
+		 */
+		if (given && carried && fallback_carry_name(&args, t.ts, id, sizeof(id)))
+		{
+			RedisResult r;
+			bool		in_redis;
+
+			if (!policy_redis_may_be_tried(&r))
+				policy_unavailable_error(&r);
+			if (!redis_store_refund_imported(&args, id, t.cost, t.win_us, &in_redis, &r))
+			{
+				policy_redis_failed(&r);
+				policy_unavailable_error(&r);
+			}
+		}
 	}
 	else
 	{

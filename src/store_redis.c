@@ -414,18 +414,31 @@ redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	return run_counter_script(args, true, o, r);
 }
 
-/* Every structure of the key, in every algorithm, and the logs' ledgers. */
+/*
+ * Every structure of the key, in every algorithm, the logs' ledgers, and
+ * the names of the fallback admissions carried into each (a reset key
+ * starts anew: a later admission of the same name must count).
+ */
 bool
 redis_store_reset(const RlArgs *args, RedisResult *r)
 {
-	StringInfoData keys[ALGO_COUNT + 2];
-	const char *argv[ALGO_COUNT + 3];
-	size_t		lens[ALGO_COUNT + 3];
+	StringInfoData keys[2 * ALGO_COUNT + 2];
+	const char *argv[2 * ALGO_COUNT + 3];
+	size_t		lens[2 * ALGO_COUNT + 3];
 	char		why[sizeof(r->message)];
 	int			n = 0;
 
 	for (int i = 0; i < ALGO_COUNT; i++)
+	{
 		build_key(&keys[n++], algorithm_tags[i], args);
+		if (i != ALGO_MULTI_LOG)
+		{
+			char		itag[16];
+
+			snprintf(itag, sizeof(itag), "%si", algorithm_tags[i]);
+			build_key(&keys[n++], itag, args);
+		}
+	}
 	build_ledger_key(&keys[n++], algorithm_tags[ALGO_SLIDING_LOG], args);
 	build_ledger_key(&keys[n++], algorithm_tags[ALGO_MULTI_LOG], args);
 	argv[0] = "DEL";
@@ -598,13 +611,14 @@ redis_store_refund_exec(const char *rkey, int rkeylen, const char *lkey, int lke
 
 /*
  * rl_refund: give back the entry (ts, cost) of args' log now, in normal
- * context. True with *given set when Redis answered; false when it could
- * not answer now (the cause in *r). A reply the refund script could not
- * have given is refused like any other.
+ * context; or, with import_id, the entry a carry imported under that name
+ * (a fallback admission carried into Redis). True with *given set when
+ * Redis answered; false when it could not answer now (the cause in *r). A
+ * reply the refund script could not have given is refused like any other.
  */
-bool
-redis_store_refund_now(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
-					   bool *given, RedisResult *r)
+static bool
+refund_now(const RlArgs *args, int64 ts, const char *import_id, int64 cost,
+		   int64 win_us, bool *given, RedisResult *r)
 {
 	char	   *log;
 	char	   *ledger;
@@ -618,7 +632,31 @@ redis_store_refund_now(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
 	if (!redis_store_refund_clock(now, sizeof(now)))
 		elog(ERROR, "slidewin.test_now could not be read");
 	redis_store_log_keys(args, &log, &loglen, &ledger, &ledgerlen);
-	redis_store_refund_exec(log, loglen, ledger, ledgerlen, ts, cost, win_us, now, r);
+	if (import_id == NULL)
+		redis_store_refund_exec(log, loglen, ledger, ledgerlen, ts, cost, win_us, now, r);
+	else
+	{
+		StringInfoData ikey;
+		char		itag[16];
+		char		costbuf[24],
+					winbuf[24];
+		const char *argv[5] = {"0", costbuf, winbuf, now, import_id};
+		const char *keys[3];
+		size_t		keylens[3];
+
+		snprintf(itag, sizeof(itag), "%si", algorithm_tags[args->algorithm]);
+		build_key(&ikey, itag, args);
+		keys[0] = log;
+		keys[1] = ledger;
+		keys[2] = ikey.data;
+		keylens[0] = loglen;
+		keylens[1] = ledgerlen;
+		keylens[2] = ikey.len;
+		snprintf(costbuf, sizeof(costbuf), INT64_FORMAT, cost);
+		snprintf(winbuf, sizeof(winbuf), INT64_FORMAT, win_us);
+		script_run(SCRIPT_LOG_REFUND_IMPORTED, 3, keys, keylens, 5, argv, r);
+		pfree(ikey.data);
+	}
 	pfree(log);
 	pfree(ledger);
 	if (!settle(r))
@@ -638,6 +676,20 @@ redis_store_refund_now(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
 	freeReplyObject(r->reply);
 	r->reply = NULL;
 	return true;
+}
+
+bool
+redis_store_refund_now(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
+					   bool *given, RedisResult *r)
+{
+	return refund_now(args, ts, NULL, cost, win_us, given, r);
+}
+
+bool
+redis_store_refund_imported(const RlArgs *args, const char *import_id, int64 cost,
+							int64 win_us, bool *given, RedisResult *r)
+{
+	return refund_now(args, 0, import_id, cost, win_us, given, r);
 }
 
 bool

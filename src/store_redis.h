@@ -51,6 +51,10 @@ extern void redis_store_refund_exec(const char *rkey, int rkeylen, const char *l
 /* rl_refund's refund, sent now (normal context; false: Redis cannot answer now). */
 extern bool redis_store_refund_now(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
 								   bool *given, RedisResult *r);
+/* The same for a fallback admission a carry imported under import_id. */
+extern bool redis_store_refund_imported(const RlArgs *args, const char *import_id,
+										int64 cost, int64 win_us, bool *given,
+										RedisResult *r);
 extern RefundVerdict redis_store_refund_verdict(const redisReply *reply);
 extern void redis_store_refund_describe(const redisReply *reply, char *buf, size_t size);
 /* The Redis keys of a user key's log and of its ledger of refunds (palloc'd). */
