@@ -8,7 +8,7 @@ SET slidewin.test_now = '2030-01-01 00:00:00+00';
 SET slidewin.redis_retry_interval = 0;
 SELECT count(rl_reset(k)) FROM unnest(ARRAY['j1', 'w', 'sliding_log', 'sliding_counter',
   'fixed_window', 'token_bucket', 'fb', 'tenant-42-secret', 'public.es_jobs:7',
-  'public.es_rows:7']) AS k;
+  'public.es_rows:7', 'blk', 'one']) AS k;
 
 -- What a denial raised: SQLSTATE, message, detail and hint. Only RL429 and
 -- PGRST are caught; any other error shows as itself.
@@ -45,8 +45,10 @@ LANGUAGE sql AS $$
       ('limit', to_jsonb(r.lim)),
       ('remaining', to_jsonb(r.remaining)),
       ('retry_after_ms', to_jsonb(ceil(extract(epoch FROM r.retry_after) * 1000)::bigint)),
+      -- on a denial, no sooner than the retry (a blocked key)
       ('reset_after_ms', CASE WHEN r.reset_at IS NOT NULL THEN to_jsonb(greatest(ceil(extract(epoch FROM
-          r.reset_at - current_setting('slidewin.test_now')::timestamptz) * 1000), 0)::bigint) END),
+          greatest(r.reset_at - current_setting('slidewin.test_now')::timestamptz,
+                   CASE WHEN NOT r.allowed THEN r.retry_after ELSE '0' END)) * 1000), 0)::bigint) END),
       ('window_ms', to_jsonb(ceil(extract(epoch FROM r.win) * 1000)::bigint)),
       ('algorithm', to_jsonb(algorithm)),
       ('headers', rl_headers(r))) AS want_(f, want)
@@ -116,6 +118,80 @@ SELECT pg_temp.disagreements((pg_temp.denial($$SELECT rl_enforce('fb', 4, '1 min
                              rl_attempt('fb', 4, '1 minute', 1, 'deny'), 'sliding_log');
 RESET client_min_messages;
 RESET slidewin.redis_url;
+
+-- A blocked key (rl_block), its window empty: every call is denied until
+-- the block ends, so the quota is back then, not now. reset_after_ms and
+-- the headers' t and X-RateLimit-Reset count to the block's end, as
+-- retry_after_ms and Retry-After do; "used" is what the window holds (0),
+-- and "blocked" says why nothing is left.
+SET slidewin.test_now = '2030-01-01 00:00:00+00';
+SELECT count(*) AS keys_cleared FROM (SELECT rl_reset('blk'), rl_unblock('blk')) r;
+SELECT rl_block('blk', '15 minutes');
+SELECT (pg_temp.denial($$SELECT rl_enforce('blk', 5, '1 minute')$$) ->> 'detail')::jsonb AS detail;
+SELECT pg_temp.disagreements((pg_temp.denial($$SELECT rl_enforce('blk', 5, '1 minute')$$) ->> 'detail')::jsonb,
+                             rl_attempt('blk', 5, '1 minute'), 'sliding_log');
+-- a key not blocked says so
+SELECT (pg_temp.denial($$SELECT rl_enforce('j1', 2, '1 minute')$$) ->> 'detail')::jsonb -> 'blocked' AS blocked;
+SELECT rl_unblock('blk');
+RESET slidewin.error_style;
+
+-- The hint counts in the singular when it is 1 second, in the log's DETAIL
+-- too: 1 unit per second, spent.
+SELECT allowed FROM rl_enforce('one', 1, '1 second');
+SELECT rl_enforce('one', 1, '1 second');
+SET slidewin.log_denials = notice;
+SELECT rl_enforce('one', 1, '1 second');
+RESET slidewin.log_denials;
+SET slidewin.error_style = json;
+
+-- A denied rl_acquire(raise => true): retry_after_ms and Retry-After are
+-- the same time, or both absent when nobody can say. Under the deny policy
+-- no store answered: the retry is when this backend tries Redis again (at
+-- once here), and the hint says nothing of holders.
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SET client_min_messages = error;
+SELECT pg_temp.denial($$SELECT rl_acquire('slot', 1, on_redis_error => 'deny', raise => true)$$) - 'message';
+SELECT pg_temp.denial_as('postgres', 'off', $$SELECT rl_acquire('slot', 1, on_redis_error => 'deny', raise => true)$$) - 'message';
+-- The fallback store's slots have no lease: one frees when its holder's
+-- transaction ends, which nobody can time, so there is no retry time. The
+-- holder is another session (dblink), on the same unreachable Redis.
+CREATE EXTENSION IF NOT EXISTS dblink;
+SELECT format('dbname=%s port=%s host=%s options=''-c slidewin.key_prefix=%s -c slidewin.redis_url=%s''',
+              current_database(), current_setting('port'),
+              split_part(current_setting('unix_socket_directories'), ',', 1),
+              current_setting('slidewin.key_prefix'), current_setting('slidewin.redis_url')) AS fb_conn \gset
+SELECT dblink_connect('holder', :'fb_conn');
+SELECT dblink_exec('holder', 'BEGIN');
+SELECT * FROM dblink('holder', $$SELECT acquired, store FROM rl_acquire('slot', 1, on_redis_error => 'fallback')$$)
+  AS t(acquired boolean, store text);
+SELECT pg_temp.denial($$SELECT rl_acquire('slot', 1, on_redis_error => 'fallback', raise => true)$$) - 'message';
+SELECT pg_temp.denial_as('postgrest', 'off', $$SELECT rl_acquire('slot', 1, on_redis_error => 'fallback', raise => true)$$);
+SELECT dblink_exec('holder', 'COMMIT');
+SELECT dblink_disconnect('holder');
+RESET client_min_messages;
+RESET slidewin.redis_url;
+-- Redis: the holder's lease (10 minutes) ends at the latest; the two say
+-- the same time, rounded up to the millisecond and to the second. (Leases
+-- run on Redis's clock, which the other session has: no test clock here.)
+RESET slidewin.test_now;
+SELECT format('dbname=%s port=%s host=%s options=''-c slidewin.key_prefix=%s''',
+              current_database(), current_setting('port'),
+              split_part(current_setting('unix_socket_directories'), ',', 1),
+              current_setting('slidewin.key_prefix')) AS redis_conn \gset
+SELECT dblink_connect('holder', :'redis_conn');
+SELECT dblink_exec('holder', 'BEGIN');
+SELECT * FROM dblink('holder', $$SELECT acquired, store FROM rl_acquire('slot', 1, '10 minutes')$$)
+  AS t(acquired boolean, store text);
+SELECT d ->> 'holders' AS holders,
+       (d ->> 'retry_after_ms')::bigint BETWEEN 590000 AND 600000 AS retry_within_the_lease,
+       (d -> 'headers' ->> 'Retry-After')::bigint = ceil((d ->> 'retry_after_ms')::bigint / 1000.0) AS same_retry,
+       e ->> 'hint' AS hint
+  FROM pg_temp.denial($$SELECT rl_acquire('slot', 1, raise => true)$$) e,
+       LATERAL (SELECT (e ->> 'detail')::jsonb) AS x(d);
+SELECT dblink_exec('holder', 'ROLLBACK');
+SELECT dblink_disconnect('holder');
+DROP EXTENSION dblink;
+SET slidewin.test_now = '2030-01-01 00:00:02.5+00';
 
 -- rl_trigger raises the same. A row trigger:
 CREATE TABLE es_jobs (tenant int);
@@ -197,5 +273,5 @@ DROP ROLE regress_es_user;
 SET slidewin.key_prefix = 'regress:es:';
 SELECT count(rl_reset(k)) FROM unnest(ARRAY['j1', 'w', 'sliding_log', 'sliding_counter',
   'fixed_window', 'token_bucket', 'fb', 'tenant-42-secret', 'public.es_jobs:7',
-  'public.es_rows:7']) AS k;
+  'public.es_rows:7', 'blk', 'one']) AS k;
 DROP TABLE es_jobs, es_rows;

@@ -72,4 +72,73 @@ SELECT rl_headers(NULL);
 SELECT rl_headers(NULL::rl_result, 'x');
 \echo :LAST_ERROR_SQLSTATE
 
-SELECT rl_reset(k) FROM unnest(ARRAY['k', 'm', 'm2', 'p', 'fb', 'fbm']) k;
+
+-- A blocked key (rl_block): the quota is back when the block ends, not
+-- when the (here empty) window is, so t and X-RateLimit-Reset count to the
+-- block's end, as Retry-After does: 15 minutes, in both stores.
+SET slidewin.test_now = '2031-03-01 13:00:00+00';
+SELECT count(*) AS keys_cleared
+  FROM unnest(ARRAY['blk', 'blk2']) k, LATERAL (SELECT rl_reset(k), rl_unblock(k)) r;
+SELECT rl_block('blk', '15 minutes');
+SELECT allowed, remaining, retry_after, reset_at FROM rl_attempt('blk', 5, '1 minute');
+SELECT rl_headers(r) FROM rl_attempt('blk', 5, '1 minute') r;
+SELECT rl_headers(r) FROM rl_peek('blk', 5, '1 minute') r;
+-- a window that empties after the block ends: t counts to the window
+SELECT allowed FROM rl_attempt('blk2', 5, '1 hour', 2);
+SELECT rl_block('blk2', '10 minutes');
+SELECT rl_headers(r) ->> 'RateLimit' AS ratelimit, rl_headers(r) ->> 'X-RateLimit-Reset' AS reset,
+       rl_headers(r) ->> 'Retry-After' AS retry_after
+  FROM rl_attempt('blk2', 5, '1 hour') r;
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SET slidewin.redis_retry_interval = 0;
+SET client_min_messages = error;
+SELECT store, rl_headers(r) FROM rl_attempt('blk', 5, '1 minute') r;
+RESET client_min_messages;
+RESET slidewin.redis_url;
+RESET slidewin.redis_retry_interval;
+
+-- Rows built by hand: every field rl_headers reads is checked, and a bad
+-- one is refused naming it (22004 for a NULL, 22023 for the rest), rather
+-- than turned into a header value no client could use.
+CREATE FUNCTION pg_temp.headers_of(r rl_result) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  st text; msg text;
+BEGIN
+  RETURN rl_headers(r)::text;
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+  RETURN st || ': ' || msg;
+END $$;
+SELECT what, pg_temp.headers_of(r) AS headers
+  FROM (VALUES
+    ('valid admission', ROW(true, 2, '0', '2031-03-01 13:01:00+00', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('valid denial', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('no store answered', ROW(false, NULL, '0', NULL, 'none', 3, '1 minute', NULL)::rl_result),
+    ('multi, no store', ROW(false, NULL, '0', NULL, 'none', NULL, NULL, NULL)::rl_result),
+    ('allowed NULL', ROW(NULL, 2, '0', '2031-03-01 13:01:00+00', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('negative lim and win', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', -7, '-60 seconds', NULL)::rl_result),
+    ('lim 0', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 0, '1 minute', NULL)::rl_result),
+    ('negative win', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '-60 seconds', NULL)::rl_result),
+    ('win 0', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '0', NULL)::rl_result),
+    ('win NULL', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, NULL, NULL)::rl_result),
+    ('lim NULL', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', NULL, '1 minute', NULL)::rl_result),
+    ('win in months', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 month', NULL)::rl_result),
+    ('negative remaining', ROW(false, -3, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('remaining above lim', ROW(true, 4, '0', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('remaining NULL', ROW(false, NULL, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('reset_at NULL', ROW(false, 0, '5 seconds', NULL, 'redis', 3, '1 minute', NULL)::rl_result),
+    ('reset_at infinite', ROW(false, 0, '5 seconds', 'infinity', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('reset_at before 1970', ROW(false, 0, '5 seconds', '1969-12-31 23:59:00+00', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('retry_after NULL', ROW(false, 0, NULL, '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('negative retry_after', ROW(false, 0, '-5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
+    ('retry_after in months', ROW(false, 0, '1 month', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result)
+  ) AS v(what, r);
+-- with the detail, for a pair of fields and for one beyond another
+SELECT rl_headers(ROW(false, 0, '5 seconds', NULL, 'redis', 3, '1 minute', NULL)::rl_result);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ROW(true, 4, '0', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result);
+\echo :LAST_ERROR_SQLSTATE
+
+SELECT rl_unblock(k) FROM unnest(ARRAY['blk', 'blk2']) k;
+SELECT rl_reset(k) FROM unnest(ARRAY['k', 'm', 'm2', 'p', 'fb', 'fbm', 'blk', 'blk2']) k;

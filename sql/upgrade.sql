@@ -114,6 +114,13 @@ SELECT has_table_privilege('public', 'rl_fallback_carry', 'SELECT') AS public_ma
 SELECT outage_seeded_units >= 0 AND outage_carry_pending >= 0 AS outage_columns
   FROM rl_stats;
 
+-- 1.9: rl_headers is the C function that also gives the json error
+-- style's headers, with its default name and no settings of its own.
+SELECT l.lanname AS headers_language, p.proconfig AS headers_settings,
+       pg_get_function_arguments(p.oid) AS headers_arguments
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.oid = 'rl_headers(rl_result,text)'::regprocedure;
+
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any
 -- function is a function call.
@@ -188,7 +195,7 @@ BEGIN
   DROP TABLE updated;
 END $$;
 SET client_min_messages = warning;
-SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7']) AS v,
+SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8']) AS v,
        LATERAL pg_temp.update_from(v) AS u;
 RESET client_min_messages;
 SELECT count(*) AS versions_shipped

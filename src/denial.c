@@ -1,29 +1,44 @@
 /*-------------------------------------------------------------------------
  *
  * denial.c
- *		A denial as JSON, for a program to read: the HTTP header fields that
- *		rl_headers (sql/slidewin--1.5--1.6.sql) computes from an rl_result,
- *		and the DETAIL of slidewin.error_style = json.
+ *		A result as HTTP header fields, for a program to read: the SQL
+ *		function rl_headers, and the DETAIL of slidewin.error_style = json
+ *		(which carries the same header fields).
  *
- * The header fields are computed here as rl_headers computes them, value
- * for value (ceilings, the floor at 0, the "default" policy name), rather
- * than by calling the SQL function: raising an error must not run SQL. The
- * regression test error_style compares the two on every algorithm, so they
- * cannot drift apart. Nothing here decides anything or raises; enforce.c
- * raises.
+ * One function computes the header fields for both, so that a denial's
+ * JSON and rl_headers of the same result cannot drift apart; the
+ * regression test error_style still compares them on every algorithm.
+ * Raising a denial must not run SQL, so enforce.c calls the C code, not the
+ * SQL function.
  *
  * Numbers nobody knows are null, never invented: with no store's answer
  * (the allow and deny policies), remaining, used and the reset are null;
  * when no retry can pass, so is retry_after_ms.
  *
+ * On a denial the quota is back no sooner than the call could pass: t in
+ * RateLimit, X-RateLimit-Reset and reset_after_ms count to the later of
+ * reset_at and the end of retry_after. They are the same moment for every
+ * algorithm but on a key blocked by rl_block, whose window may be empty
+ * (reset_at now) while every call is denied until the block ends.
+ *
+ * rl_headers takes a row that anybody may build by hand, so it checks every
+ * field it reads and refuses a bad one naming it; nothing else here raises.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "common/int.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
 #include "utils/json.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #include "denial.h"
+
+PG_FUNCTION_INFO_V1(slidewin_headers);
 
 /* a / b rounded up, for b > 0 (C division truncates towards zero). */
 static int64
@@ -54,11 +69,23 @@ header(StringInfo buf, bool *first, const char *name, const char *value)
 	escape_json(buf, value);
 }
 
-void
-denial_headers(StringInfo buf, const RlOutcome *o, bool can_retry, int64 now_us)
+/*
+ * When the quota is back, as Unix microseconds: reset_at, or on a denial
+ * the end of its retry_after if that is later (a blocked key).
+ */
+static int64
+quota_back_us(const RlOutcome *o, bool can_retry, int64 now_us)
 {
-	/* rl_headers' default name, a structured-field string */
-	const char *item = "\"default\"";
+	if (!o->allowed && can_retry && o->retry_us > o->reset_at_us - now_us)
+		return now_us + o->retry_us;
+	return o->reset_at_us;
+}
+
+/* item: the policy's name as a structured-field string, quotes included. */
+static void
+headers_named(StringInfo buf, const char *item, const RlOutcome *o, bool can_retry,
+			  int64 now_us)
+{
 	bool		first = true;
 
 	appendStringInfoChar(buf, '{');
@@ -71,17 +98,26 @@ denial_headers(StringInfo buf, const RlOutcome *o, bool can_retry, int64 now_us)
 	}
 	if (o->known)
 	{
+		int64		back_us = quota_back_us(o, can_retry, now_us);
+
 		header(buf, &first, "RateLimit",
 			   psprintf("%s;r=" INT64_FORMAT ";t=" INT64_FORMAT, item, o->remaining,
-						Max(ceil_div(o->reset_at_us - now_us, USECS_PER_SEC), 0)));
+						Max(ceil_div(back_us - now_us, USECS_PER_SEC), 0)));
 		header(buf, &first, "X-RateLimit-Remaining", psprintf(INT64_FORMAT, o->remaining));
 		header(buf, &first, "X-RateLimit-Reset",
-			   psprintf(INT64_FORMAT, ceil_div(o->reset_at_us, USECS_PER_SEC)));
+			   psprintf(INT64_FORMAT, ceil_div(back_us, USECS_PER_SEC)));
 	}
 	if (can_retry)
 		header(buf, &first, "Retry-After",
 			   psprintf(INT64_FORMAT, Max(ceil_div(o->retry_us, USECS_PER_SEC), 0)));
 	appendStringInfoChar(buf, '}');
+}
+
+void
+denial_headers(StringInfo buf, const RlOutcome *o, bool can_retry, int64 now_us)
+{
+	/* rl_headers' default name */
+	headers_named(buf, "\"default\"", o, can_retry, now_us);
 }
 
 static void
@@ -108,10 +144,11 @@ denial_detail_json(StringInfo buf, const RlArgs *args, const RlOutcome *o,
 	number_or_null(buf, "cost", true, args->cost);
 	number_or_null(buf, "retry_after_ms", can_retry, Max(ceil_div(o->retry_us, 1000), 0));
 	number_or_null(buf, "reset_after_ms", o->known,
-				   Max(ceil_div(o->reset_at_us - now_us, 1000), 0));
+				   Max(ceil_div(quota_back_us(o, can_retry, now_us) - now_us, 1000), 0));
 	number_or_null(buf, "window_ms", o->lim >= 0, ceil_div(o->win_us, 1000));
 	appendStringInfoString(buf, ",\"algorithm\":");
 	escape_json(buf, limit_algorithm_name(args->algorithm));
+	appendStringInfo(buf, ",\"blocked\":%s", o->blocked ? "true" : "false");
 	appendStringInfoString(buf, ",\"headers\":");
 	denial_headers(buf, o, can_retry, now_us);
 	if (key != NULL)
@@ -120,4 +157,170 @@ denial_detail_json(StringInfo buf, const RlArgs *args, const RlOutcome *o,
 		escape_json(buf, key);
 	}
 	appendStringInfoChar(buf, '}');
+}
+
+/* ---------------------------------------------------------------------
+ * rl_headers(r rl_result, name text DEFAULT 'default') -> jsonb
+ * ---------------------------------------------------------------------
+ */
+
+/* A field of r, or NULL-ness; 22004 naming it when it must be there. */
+static Datum
+result_field(HeapTupleHeader r, const char *field, bool required, bool *isnull)
+{
+	Datum		d = GetAttributeByName(r, field, isnull);
+
+	if (*isnull && required)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("field \"%s\" of argument \"r\" must not be null", field)));
+	return d;
+}
+
+/*
+ * An interval field of r as microseconds: finite, without months (no
+ * result of slidewin has any), and at least min_us.
+ */
+static int64
+result_interval_us(const Interval *iv, const char *field, int64 min_us)
+{
+	int64		us;
+
+	if (iv->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("field \"%s\" of argument \"r\" must not contain months", field)));
+	if (pg_mul_s64_overflow((int64) iv->day, USECS_PER_DAY, &us) ||
+		pg_add_s64_overflow(us, iv->time, &us))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("field \"%s\" of argument \"r\" is out of range", field)));
+	if (us < min_us)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 min_us > 0 ?
+				 errmsg("field \"%s\" of argument \"r\" must be positive", field) :
+				 errmsg("field \"%s\" of argument \"r\" must not be negative", field)));
+	return us;
+}
+
+/* Two fields set together or not at all: 22004 naming the one left NULL. */
+static void
+result_pair(bool first_null, const char *first, bool second_null, const char *second)
+{
+	if (first_null == second_null)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("field \"%s\" of argument \"r\" must not be null when \"%s\" is set",
+					first_null ? first : second, first_null ? second : first),
+			 errdetail("A result has both \"%s\" and \"%s\", or neither.", first, second)));
+}
+
+/*
+ * The result as the store gave it, read back from a row that may have been
+ * built by hand: every field used is checked here, so that no header value
+ * is negative, empty or beyond what the others allow.
+ */
+static void
+result_outcome(HeapTupleHeader r, RlOutcome *o)
+{
+	bool		lim_null;
+	bool		win_null;
+	bool		rem_null;
+	bool		reset_null;
+	bool		isnull;
+	Datum		lim;
+	Datum		win;
+	Datum		rem;
+	Datum		reset;
+	TimestampTz reset_at;
+
+	memset(o, 0, sizeof(*o));
+	o->allowed = DatumGetBool(result_field(r, "allowed", true, &isnull));
+	o->retry_us = result_interval_us(DatumGetIntervalP(result_field(r, "retry_after", true, &isnull)),
+									 "retry_after", 0);
+
+	lim = result_field(r, "lim", false, &lim_null);
+	win = result_field(r, "win", false, &win_null);
+	result_pair(lim_null, "lim", win_null, "win");
+	o->lim = -1;
+	if (!lim_null)
+	{
+		o->lim = DatumGetInt64(lim);
+		if (o->lim < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("field \"lim\" of argument \"r\" must be at least 1")));
+		o->win_us = result_interval_us(DatumGetIntervalP(win), "win", 1);
+	}
+
+	rem = result_field(r, "remaining", false, &rem_null);
+	reset = result_field(r, "reset_at", false, &reset_null);
+	result_pair(rem_null, "remaining", reset_null, "reset_at");
+	o->known = !rem_null;
+	if (!o->known)
+		return;
+	o->remaining = DatumGetInt64(rem);
+	if (o->remaining < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("field \"remaining\" of argument \"r\" must not be negative")));
+	if (o->lim >= 0 && o->remaining > o->lim)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("field \"remaining\" of argument \"r\" must not be more than \"lim\""),
+				 errdetail("\"remaining\" is " INT64_FORMAT " and \"lim\" is " INT64_FORMAT ".",
+						   o->remaining, o->lim)));
+	reset_at = DatumGetTimestampTz(reset);
+	if (TIMESTAMP_NOT_FINITE(reset_at))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("field \"reset_at\" of argument \"r\" must be finite")));
+	o->reset_at_us = reset_at + ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+	if (o->reset_at_us < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("field \"reset_at\" of argument \"r\" must not be before 1970")));
+}
+
+Datum
+slidewin_headers(PG_FUNCTION_ARGS)
+{
+	RlOutcome	o;
+	char	   *name;
+	StringInfoData item;
+	StringInfoData buf;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"r\" must not be null")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"name\" must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	if (name[0] == '\0' || strspn(name, " !\"#$%&'()*+,-./0123456789:;<=>?@"
+								  "ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`"
+								  "abcdefghijklmnopqrstuvwxyz{|}~") != strlen(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"name\" must be one or more printable ASCII characters"),
+				 errdetail("It becomes the policy's name, a structured-field string.")));
+	result_outcome(PG_GETARG_HEAPTUPLEHEADER(0), &o);
+
+	initStringInfo(&item);
+	appendStringInfoChar(&item, '"');
+	for (const char *c = name; *c; c++)
+	{
+		if (*c == '"' || *c == '\\')
+			appendStringInfoChar(&item, '\\');
+		appendStringInfoChar(&item, *c);
+	}
+	appendStringInfoChar(&item, '"');
+
+	initStringInfo(&buf);
+	headers_named(&buf, item.data, &o, !o.allowed, denial_now_us());
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
 }

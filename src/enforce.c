@@ -98,6 +98,30 @@ retry_seconds(const RlOutcome *o)
 	return Max(s, 1);
 }
 
+/*
+ * "Retry after 1 second.", "Retry after 40 seconds.": the hint of a denial.
+ * The plural form is chosen as errhint_plural chooses it (ngettext), but
+ * into a string, as the postgrest style puts the hint inside its JSON.
+ */
+static char *
+retry_hint(int64 secs)
+{
+	return psprintf(ngettext("Retry after " INT64_FORMAT " second.",
+							 "Retry after " INT64_FORMAT " seconds.",
+							 (unsigned long) secs),
+					secs);
+}
+
+/* "retry after 1 second", for the server log's DETAIL. */
+static char *
+retry_phrase(int64 secs)
+{
+	return psprintf(ngettext("retry after " INT64_FORMAT " second",
+							 "retry after " INT64_FORMAT " seconds",
+							 (unsigned long) secs),
+					secs);
+}
+
 static char *
 key_text(const RlArgs *args)
 {
@@ -113,12 +137,13 @@ log_denial(const RlArgs *args, const RlOutcome *o, bool shadow)
 			(errmsg(shadow ? "slidewin would deny key \"%s\" (shadow mode)"
 					: "slidewin denied key \"%s\"", key_text(args)),
 			 o->blocked ?
-			 errdetail("The key is blocked. Store %s; retry after " INT64_FORMAT " seconds.",
-					   o->store, retry_seconds(o)) :
+			 errdetail("The key is blocked. Store %s; %s.",
+					   o->store, retry_phrase(retry_seconds(o))) :
 			 o->known ?
-			 errdetail("Used " INT64_FORMAT " of " INT64_FORMAT " units in the last %s; the call needed " INT64_FORMAT ". Store %s; retry after " INT64_FORMAT " seconds.",
+			 errdetail("Used " INT64_FORMAT " of " INT64_FORMAT " units in the last %s; the call needed " INT64_FORMAT ". Store %s; %s.",
 					   o->used - (shadow ? args->cost : 0), args->lim,
-					   window_text(args->win_us), args->cost, o->store, retry_seconds(o)) :
+					   window_text(args->win_us), args->cost, o->store,
+					   retry_phrase(retry_seconds(o))) :
 			 errdetail("Redis could not answer and the failure policy denied the call.")));
 }
 
@@ -182,8 +207,7 @@ raise_denied(const RlArgs *args, const RlOutcome *o, const char *detail_text,
 	char	   *message = key ? psprintf("rate limit exceeded for key \"%s\"", key) :
 		pstrdup("rate limit exceeded");
 	char	   *detail;
-	char	   *hint = hint_text ? pstrdup(hint_text) :
-		psprintf("Retry after " INT64_FORMAT " seconds.", retry_seconds(o));
+	char	   *hint = hint_text ? pstrdup(hint_text) : retry_hint(retry_seconds(o));
 
 	if (detail_text)
 		detail = pstrdup(detail_text);
@@ -256,24 +280,46 @@ enforce_raise_never(const RlArgs *args, const char *detail, const char *hint)
 
 /*
  * rl_acquire(..., raise => true) found no free slot: RL429 in the
- * configured style. holders is -1 when no store answered; wait_us, when a
- * slot may free at the latest (0: unknown). A release may come sooner, so
- * the hint and Retry-After say at most that.
+ * configured style. holders is -1 when no store answered (the deny policy);
+ * retry_us is when a retry may pass, -1 when nobody can say. From Redis
+ * that is when the first lease ends, at the latest, as a release may come
+ * sooner; the fallback store's slots have no lease, and free only when a
+ * holder's transaction ends (-1); under the deny policy it is when this
+ * backend tries Redis again, as for rl_attempt. retry_after_ms and
+ * Retry-After are that one time, rounded up, or both absent.
  */
 void
-enforce_raise_slots(const RlArgs *key, int64 max, int64 holders, int64 wait_us)
+enforce_raise_slots(const RlArgs *key, int64 max, int64 holders, int64 retry_us)
 {
 	char	   *k = slidewin_error_show_key ? key_text(key) : NULL;
 	char	   *message = k ? psprintf("concurrency limit reached for key \"%s\"", k) :
 		pstrdup("concurrency limit reached");
-	int64		secs = Max((wait_us + USECS_PER_SEC - 1) / USECS_PER_SEC, 1);
-	char	   *detail = holders >= 0 ?
-		psprintf(INT64_FORMAT " of " INT64_FORMAT " slots are held.", holders, max) :
-		pstrdup("Redis could not answer and the failure policy denied the call.");
-	char	   *hint = wait_us > 0 ?
-		psprintf("A slot frees when a holder's transaction ends, and at the latest in %s, when a lease ends.",
-				 window_text(secs * USECS_PER_SEC)) :
-		pstrdup("A slot frees when a holder's transaction ends.");
+	bool		can_retry = retry_us >= 0;
+	int64		secs = can_retry ? (retry_us + USECS_PER_SEC - 1) / USECS_PER_SEC : 0;
+	char	   *detail;
+	char	   *hint;
+	StringInfoData h;
+
+	if (holders < 0)
+	{
+		detail = pstrdup("Redis could not answer and the failure policy denied the call.");
+		hint = retry_hint(Max(secs, 1));
+	}
+	else
+	{
+		detail = psprintf(INT64_FORMAT " of " INT64_FORMAT " slots are held.", holders, max);
+		hint = can_retry ?
+			psprintf("A slot frees when a holder's transaction ends, and at the latest in %s, when a lease ends.",
+					 window_text(Max(secs, 1) * USECS_PER_SEC)) :
+			pstrdup("A slot frees when a holder's transaction ends.");
+	}
+
+	/* the header fields of both JSON styles */
+	initStringInfo(&h);
+	if (can_retry)
+		appendStringInfo(&h, "{\"Retry-After\":\"" INT64_FORMAT "\"}", secs);
+	else
+		appendStringInfoString(&h, "{}");
 
 	if (slidewin_error_style == ERROR_STYLE_JSON)
 	{
@@ -285,9 +331,12 @@ enforce_raise_slots(const RlArgs *key, int64 max, int64 holders, int64 wait_us)
 			appendStringInfo(&d, INT64_FORMAT, holders);
 		else
 			appendStringInfoString(&d, "null");
-		appendStringInfo(&d, ",\"retry_after_ms\":" INT64_FORMAT
-						 ",\"headers\":{\"Retry-After\":\"" INT64_FORMAT "\"}",
-						 (wait_us + 999) / 1000, secs);
+		appendStringInfoString(&d, ",\"retry_after_ms\":");
+		if (can_retry)
+			appendStringInfo(&d, INT64_FORMAT, (retry_us + 999) / 1000);
+		else
+			appendStringInfoString(&d, "null");
+		appendStringInfo(&d, ",\"headers\":%s", h.data);
 		if (k)
 		{
 			appendStringInfoString(&d, ",\"key\":");
@@ -311,7 +360,7 @@ enforce_raise_slots(const RlArgs *key, int64 max, int64 holders, int64 wait_us)
 		ereport(ERROR,
 				(errcode(ERRCODE_POSTGREST),
 				 errmsg_internal("%s", m.data),
-				 errdetail_internal("{\"status\":429,\"status_text\":\"Too Many Requests\",\"headers\":{\"Retry-After\":\"" INT64_FORMAT "\"}}", secs)));
+				 errdetail_internal("{\"status\":429,\"status_text\":\"Too Many Requests\",\"headers\":%s}", h.data)));
 	}
 	ereport(ERROR,
 			(errcode(ERRCODE_RATE_LIMITED),

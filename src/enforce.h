@@ -46,9 +46,12 @@ SLIDEWIN_NORETURN extern void enforce_raise_denied(const RlArgs *args, const RlO
 SLIDEWIN_NORETURN extern void enforce_raise_never(const RlArgs *args, const char *detail,
 												  const char *hint);
 
-/* rl_acquire(raise => true): no slot free (holders -1: unknown). */
+/*
+ * rl_acquire(raise => true): no slot free. holders -1: no store answered;
+ * retry_us -1: nobody can say when a retry may pass.
+ */
 SLIDEWIN_NORETURN extern void enforce_raise_slots(const RlArgs *key, int64 max, int64 holders,
-												  int64 wait_us);
+												  int64 retry_us);
 
 /* Charge, sleeping on the latch until admitted or timeout_us has passed. */
 extern void enforce_wait(const RlArgs *args, int policy, bool refund,

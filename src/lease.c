@@ -530,7 +530,9 @@ done:
 	stats_count_slot(a.max, a.lease_us, res.acquired, res.known ? res.holders : -1,
 					 res.waited, res.leases_ended);
 	if (!res.acquired && a.raise)
-		enforce_raise_slots(&a.key, a.max, res.known ? res.holders : -1, res.wait_us);
+		enforce_raise_slots(&a.key, a.max, res.known ? res.holders : -1,
+							!res.known ? policy_redis_retry_us() :
+							res.store[0] == 'r' ? res.wait_us : -1);
 	return lease_datum(fcinfo, &res);
 }
 

@@ -129,12 +129,22 @@ policy_unavailable_error(const RedisResult *r)
 			 errdetail_internal("%s", r->message)));
 }
 
+int64
+policy_redis_retry_us(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz retry_at;
+
+	if (!redis_has_failed)
+		return 0;
+	retry_at = TimestampTzPlusMilliseconds(redis_failed_at, slidewin_redis_retry_interval);
+	return retry_at > now ? retry_at - now : 0;
+}
+
 /* The outcome of the allow and deny policies: no store was consulted. */
 static void
 policy_outcome(bool allowed, RlOutcome *o)
 {
-	TimestampTz now = GetCurrentTimestamp();
-
 	o->allowed = allowed;
 	o->known = false;
 	o->remaining = 0;
@@ -144,14 +154,8 @@ policy_outcome(bool allowed, RlOutcome *o)
 	o->retry_us = 0;
 	o->recorded_ts = -1;
 	o->shadowed = false;
-	if (!allowed && redis_has_failed)
-	{
-		TimestampTz retry_at = TimestampTzPlusMilliseconds(redis_failed_at,
-														   slidewin_redis_retry_interval);
-
-		if (retry_at > now)
-			o->retry_us = retry_at - now;
-	}
+	if (!allowed)
+		o->retry_us = policy_redis_retry_us();
 }
 
 /*

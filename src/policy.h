@@ -38,5 +38,7 @@ extern void policy_run(int policy, const RlArgs *args, RlOutcome *o,
 extern bool policy_redis_may_be_tried(RedisResult *r);
 extern void policy_redis_failed(const RedisResult *r);
 extern void policy_unavailable_error(const RedisResult *r);
+/* When this backend tries Redis again (0: at its next call), in microseconds. */
+extern int64 policy_redis_retry_us(void);
 
 #endif
