@@ -626,8 +626,43 @@ wait_pending(const RlArgs *args)
 	}
 }
 
-/* Rows carried per script: one round trip carries at most this many. */
+/*
+ * Rows carried per script: one round trip carries at most this many, and
+ * as many as fit in a quarter of slidewin.command_timeout at the cost per
+ * row the backend's earlier carries took (a row placed in the past of a
+ * long log moves every later entry, so a hot key's rows cost far more than
+ * a quiet key's). A carry whose script timed out would make its call fall
+ * back; the first batch of a backend is small until a cost is known.
+ */
 #define CARRY_BATCH 64
+#define CARRY_FIRST_BATCH 8
+
+static double carry_us_per_row = 0;	/* 0: not measured yet */
+
+static int
+carry_batch(void)
+{
+	double		budget_us = (double) slidewin_command_timeout * 1000.0 / 4.0;
+	double		n;
+
+	if (carry_us_per_row <= 0)
+		return CARRY_FIRST_BATCH;
+	n = budget_us / carry_us_per_row;
+	return (int) Max(1, Min(n, CARRY_BATCH));
+}
+
+static void
+carry_measured(int rows, TimestampTz started)
+{
+	long		us = (long) (GetCurrentTimestamp() - started);
+	double		per_row = (double) Max(us, 1) / rows;
+
+	/* recent batches weigh most; a slower one counts at once */
+	if (carry_us_per_row <= 0 || per_row > carry_us_per_row)
+		carry_us_per_row = per_row;
+	else
+		carry_us_per_row = 0.7 * carry_us_per_row + 0.3 * per_row;
+}
 
 /*
  * Carry the rows of one key into Redis: of args' key, or (args NULL) of
@@ -654,7 +689,10 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 		 * the other had deleted first, would collect the same batch again and
 		 * again, neither ever committing (TAP 090's pgbench hung so).
 		 */
-		if (!fallback_carry_collect(args, CARRY_BATCH, skip, nskip, &c))
+		int			batch = carry_batch();
+		TimestampTz started;
+
+		if (!fallback_carry_collect(args, batch, skip, nskip, &c))
 		{
 			/*
 			 * Another key's rows that another backend carried (and deleted)
@@ -670,14 +708,16 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 			return true;
 		}
 		*found = true;
+		started = GetCurrentTimestamp();
 		if (!redis_store_import(&c.args, c.entries.data, c.n, &recorded, r))
 			return false;
+		carry_measured(c.n, started);
 		skip = skip ? repalloc(skip, (nskip + c.n) * sizeof(ItemPointerData))
 			: palloc(c.n * sizeof(ItemPointerData));
 		nskip += fallback_carry_done(&c, skip + nskip);
 		carried_in_xact = true;
 		stats_outage(STATS_OUTAGE_CARRIED, recorded);
-		if (c.n < CARRY_BATCH)
+		if (c.n < batch)
 			return true;
 		same = c.args;			/* more of the same key */
 		args = &same;
