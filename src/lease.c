@@ -16,7 +16,15 @@
  * collide. The release is queued with the refunds (refund.c), so it goes
  * out at COMMIT and at ROLLBACK (or at the ROLLBACK TO SAVEPOINT that undoes
  * the acquisition), pipelined, never raising, and sent again after a lost
- * connection. A release that is lost anyway (kill -9, a crash, a network
+ * connection. It is queued before the acquisition is sent, unconfirmed, so
+ * that a reply lost to a timeout or an interrupt still gets its release
+ * (releasing a holder Redis never added is harmless); a denial, or a
+ * connection never made, takes it off. The transaction statements open a
+ * connection for it when an earlier timeout dropped theirs (the utility
+ * hook below; refund.c does the same at pre-commit and at backend exit).
+ * Different max on one key: each call's max admits or denies it; a holder
+ * acquiring again is renewed whatever max it passes (doc/semantics.md).
+ * A release that is lost anyway (kill -9, a crash, a network
  * cut) is ended by the lease: a slot stays taken at most `lease` after its
  * holder died. A transaction that needs its slot longer renews it with
  * rl_renew(key) (or by acquiring the key again); nothing renews behind the
@@ -29,15 +37,23 @@
  * when a slot may free without a release. Each BLPOP lasts at most a
  * second; its reply may take that long on top of slidewin.command_timeout.
  *
- * When Redis cannot answer, the call's failure policy decides. The fallback
- * store holds slots in PostgreSQL's lock manager: slot i of a key is a lock
- * on (hash of the key, i) in a lock class of our own. It is taken as a
+ * When Redis cannot answer, the call's failure policy decides (rl_renew,
+ * which has no argument for it, follows slidewin.on_redis_error). The
+ * fallback store holds slots in PostgreSQL's lock manager: slot i of a key
+ * is a lock on (hash of the key, i) in a lock class of our own, with a
+ * "userlock" tag in the default lock method, so that no SQL function
+ * (pg_advisory_unlock_all) can free it, and no database in the tag, so that
+ * a server's databases share a key's slots as they share its Redis key. A
+ * call admits by counting the key's holders against its own max once it
+ * holds a slot. It is taken as a
  * session lock, so that rl_release can give it back at any point of the
  * transaction (a transaction lock can only be released by the resource
  * owner that took it, which the statement that took it no longer is), and
  * released by this file's transaction callbacks at COMMIT, at ROLLBACK and
- * at the abort of the subtransaction that took it; PostgreSQL releases it
- * when the backend exits, and a crash restarts the lock table. It is exact
+ * at the abort of the subtransaction that took it (PostgreSQL's abort
+ * would release the default lock method's session locks too, after us);
+ * the backend's exit releases any left, and a crash restarts the lock
+ * table. It is exact
  * within one server; across a switch between Redis and the fallback, the
  * two sets of holders add up (at most 2 x max), as the rate limits' two
  * stores do. Waiting there polls every 10 ms.

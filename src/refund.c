@@ -21,7 +21,10 @@
  * exchange, append their commands to it, push the bytes out and read the
  * replies as they come until slidewin.refund_confirm_timeout has passed
  * (capped by command_timeout; poll() only: no latch, no WaitEventSet, no
- * connecting). As in postgres_fdw's abort cleanup, the deadline, not
+ * connecting). A transaction that owes a slot's release gets its connection
+ * earlier, in normal context: at pre-commit and when a COMMIT or ROLLBACK
+ * statement starts (refund_before_xact_end); backend exit connects once
+ * too, bounded, for the releases still queued. As in postgres_fdw's abort cleanup, the deadline, not
  * CHECK_FOR_INTERRUPTS, ends the wait. A reply read there settles its refund
  * (a dropped one is reported with a WARNING, never more), so that when
  * ROLLBACK returns the refunds are applied and confirmed even if the backend
