@@ -16,7 +16,15 @@
  * collide. The release is queued with the refunds (refund.c), so it goes
  * out at COMMIT and at ROLLBACK (or at the ROLLBACK TO SAVEPOINT that undoes
  * the acquisition), pipelined, never raising, and sent again after a lost
- * connection. A release that is lost anyway (kill -9, a crash, a network
+ * connection. It is queued before the acquisition is sent, unconfirmed, so
+ * that a reply lost to a timeout or an interrupt still gets its release
+ * (releasing a holder Redis never added is harmless); a denial, or a
+ * connection never made, takes it off. The transaction statements open a
+ * connection for it when an earlier timeout dropped theirs (the utility
+ * hook below; refund.c does the same at pre-commit and at backend exit).
+ * Different max on one key: each call's max admits or denies it; a holder
+ * acquiring again is renewed whatever max it passes (doc/semantics.md).
+ * A release that is lost anyway (kill -9, a crash, a network
  * cut) is ended by the lease: a slot stays taken at most `lease` after its
  * holder died. A transaction that needs its slot longer renews it with
  * rl_renew(key) (or by acquiring the key again); nothing renews behind the
@@ -29,15 +37,23 @@
  * when a slot may free without a release. Each BLPOP lasts at most a
  * second; its reply may take that long on top of slidewin.command_timeout.
  *
- * When Redis cannot answer, the call's failure policy decides. The fallback
- * store holds slots in PostgreSQL's lock manager: slot i of a key is a lock
- * on (hash of the key, i) in a lock class of our own. It is taken as a
+ * When Redis cannot answer, the call's failure policy decides (rl_renew,
+ * which has no argument for it, follows slidewin.on_redis_error). The
+ * fallback store holds slots in PostgreSQL's lock manager: slot i of a key
+ * is a lock on (hash of the key, i) in a lock class of our own, with a
+ * "userlock" tag in the default lock method, so that no SQL function
+ * (pg_advisory_unlock_all) can free it, and no database in the tag, so that
+ * a server's databases share a key's slots as they share its Redis key. A
+ * call admits by counting the key's holders against its own max once it
+ * holds a slot. It is taken as a
  * session lock, so that rl_release can give it back at any point of the
  * transaction (a transaction lock can only be released by the resource
  * owner that took it, which the statement that took it no longer is), and
  * released by this file's transaction callbacks at COMMIT, at ROLLBACK and
- * at the abort of the subtransaction that took it; PostgreSQL releases it
- * when the backend exits, and a crash restarts the lock table. It is exact
+ * at the abort of the subtransaction that took it (PostgreSQL's abort
+ * would release the default lock method's session locks too, after us);
+ * the backend's exit releases any left, and a crash restarts the lock
+ * table. It is exact
  * within one server; across a switch between Redis and the fallback, the
  * two sets of holders add up (at most 2 x max), as the rate limits' two
  * stores do. Waiting there polls every 10 ms.
@@ -53,8 +69,11 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/pg_bswap.h"
+#include "nodes/parsenodes.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -75,7 +94,7 @@ PG_FUNCTION_INFO_V1(slidewin_release);
 PG_FUNCTION_INFO_V1(slidewin_renew);
 PG_FUNCTION_INFO_V1(slidewin_holders);
 
-/* The lock class of fallback slots (the fallback store's key locks use 0x5357). */
+/* The lock class of fallback slots (field 4 of their lock tags). */
 #define SLOT_LOCK_CLASS 0x534C
 /* The most slots a key may have. */
 #define RL_MAX_SLOTS 10000
@@ -119,6 +138,10 @@ static int	max_fb_slots = 0;
 
 static uint64 backend_nonce = 0;
 static uint64 acquisitions = 0;
+static bool exit_registered = false;
+
+static void lease_at_exit(int code, Datum arg);
+static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /* ---------------------------------------------------------------------
  * Arguments
@@ -201,10 +224,22 @@ slot_hash(const RlArgs *key)
 	return h;
 }
 
+/*
+ * Slot `slot` of the key whose hash is `hash`. Not an advisory lock: those
+ * are the users' (pg_advisory_unlock_all() would free a slot its caller
+ * does not own). A "userlock" tag in the default lock method, which no
+ * SQL function takes or releases. No database in it: the slots of a key
+ * are shared by every database of the server, as the key is in Redis.
+ */
 static void
 slot_tag(LOCKTAG *tag, uint32 hash, uint32 slot)
 {
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, hash, slot, SLOT_LOCK_CLASS);
+	tag->locktag_field1 = 0;
+	tag->locktag_field2 = hash;
+	tag->locktag_field3 = slot;
+	tag->locktag_field4 = SLOT_LOCK_CLASS;
+	tag->locktag_type = LOCKTAG_USERLOCK;
+	tag->locktag_lockmethodid = DEFAULT_LOCKMETHOD;
 }
 
 /* This backend's fallback slot of the key: its index in fb_slots, or -1. */
@@ -229,7 +264,7 @@ fallback_unlock(int i)
 	n_fb_slots--;
 }
 
-/* The key's slots held now, in this database, from the lock table. */
+/* The key's slots held now, in every database, from the lock table. */
 static int64
 fallback_holders(uint32 hash)
 {
@@ -240,8 +275,9 @@ fallback_holders(uint32 hash)
 	{
 		LockInstanceData *li = &ld->locks[i];
 
-		if (li->locktag.locktag_type != LOCKTAG_ADVISORY ||
-			li->locktag.locktag_field1 != MyDatabaseId ||
+		if (li->locktag.locktag_type != LOCKTAG_USERLOCK ||
+			li->locktag.locktag_lockmethodid != DEFAULT_LOCKMETHOD ||
+			li->locktag.locktag_field1 != 0 ||
 			li->locktag.locktag_field2 != hash ||
 			li->locktag.locktag_field4 != SLOT_LOCK_CLASS ||
 			li->holdMask == 0)
@@ -251,9 +287,17 @@ fallback_holders(uint32 hash)
 	return holders;
 }
 
-/* One try: a free slot, starting at a random one so that tries stay few. */
+/*
+ * One try: a free slot, starting at a random one so that tries stay few.
+ * Slot numbers only keep holders apart; what admits is the count, as in
+ * Redis: a call whose max is below another holder's may find slot 0 free
+ * while max holders hold others, so once it holds a slot it counts the
+ * key's holders, and gives the slot back if they are more than its max.
+ * Two such calls racing may both give back (a denial, the safe direction).
+ * *holders is the key's holders afterwards.
+ */
 static bool
-fallback_try(uint32 hash, int64 max)
+fallback_try(uint32 hash, int64 max, int64 *holders)
 {
 	uint32		start = (uint32) (pg_prng_uint64(&pg_global_prng_state) % (uint64) max);
 
@@ -273,13 +317,26 @@ fallback_try(uint32 hash, int64 max)
 		slot_tag(&tag, hash, slot);
 		if (LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL)
 		{
+			*holders = fallback_holders(hash);
+			if (*holders > max)
+			{
+				(void) LockRelease(&tag, ExclusiveLock, true);
+				(*holders)--;
+				return false;
+			}
 			fb_slots[n_fb_slots].hash = hash;
 			fb_slots[n_fb_slots].slot = slot;
 			fb_slots[n_fb_slots].subid = GetCurrentSubTransactionId();
 			n_fb_slots++;
+			if (!exit_registered)
+			{
+				on_shmem_exit(lease_at_exit, (Datum) 0);
+				exit_registered = true;
+			}
 			return true;
 		}
 	}
+	*holders = -1;
 	return false;
 }
 
@@ -298,10 +355,12 @@ fallback_acquire(const LeaseArgs *a, TimestampTz deadline, LeaseResult *res)
 	}
 	for (;;)
 	{
-		if (fallback_try(hash, a->max))
+		int64		holders;
+
+		if (fallback_try(hash, a->max, &holders))
 		{
 			res->acquired = true;
-			res->holders = fallback_holders(hash);
+			res->holders = holders;
 			return;
 		}
 		if (GetCurrentTimestamp() >= deadline)
@@ -374,11 +433,63 @@ lease_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/*
+ * Backend exit: the transaction callbacks released every fallback slot
+ * when the last transaction ended (an exit mid-transaction aborts it
+ * first). A lock left by a path that missed them would outlive the slot's
+ * bookkeeping, since the default lock method's session locks are released
+ * at exit by nothing else; release it here.
+ */
+static void
+lease_at_exit(int code, Datum arg)
+{
+	while (n_fb_slots > 0)
+		fallback_unlock(n_fb_slots - 1);
+}
+
+/*
+ * COMMIT, ROLLBACK (to a savepoint, too) and PREPARE as statements: the
+ * releases they end with are sent from callbacks that cannot connect, so
+ * a connection that an earlier timeout dropped is opened here, before the
+ * statement runs (refund.c). This also runs in an aborted transaction,
+ * whose releases were queued when it aborted.
+ */
+static void
+lease_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					  ProcessUtilityContext context, ParamListInfo params,
+					  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+
+	if (IsA(parsetree, TransactionStmt))
+	{
+		switch (((TransactionStmt *) parsetree)->kind)
+		{
+			case TRANS_STMT_COMMIT:
+			case TRANS_STMT_ROLLBACK:
+			case TRANS_STMT_ROLLBACK_TO:
+			case TRANS_STMT_PREPARE:
+				refund_before_xact_end();
+				break;
+			default:
+				break;
+		}
+	}
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+}
+
 void
 lease_init(void)
 {
 	RegisterXactCallback(lease_xact_callback, NULL);
 	RegisterSubXactCallback(lease_subxact_callback, NULL);
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = lease_process_utility;
 }
 
 /* ---------------------------------------------------------------------
@@ -420,11 +531,21 @@ sem_wait(const RlArgs *key, int wait_ms, bool *woken, RedisResult *r)
 static bool
 redis_acquire(const LeaseArgs *a, TimestampTz deadline, LeaseResult *res, RedisResult *r)
 {
-	char	   *holder = refund_held_slot(&a->key, NULL);
+	char	   *holder = refund_held_slot(&a->key, NULL, NULL);
 	bool		held = holder != NULL;
 
+	/*
+	 * The release is remembered before the first command goes out: a reply
+	 * lost to command_timeout, statement_timeout or a cancel may belong to
+	 * an acquisition that Redis ran, or runs later (a frozen or sleeping
+	 * Redis still holds the command), and nothing else would release it.
+	 * Releasing a holder that Redis does not have changes nothing.
+	 */
 	if (!held)
+	{
 		holder = new_holder();
+		refund_remember_release(&a->key, holder, a->lease_us);
+	}
 	res->store = "redis";
 	res->known = true;
 	for (;;)
@@ -435,26 +556,43 @@ redis_acquire(const LeaseArgs *a, TimestampTz deadline, LeaseResult *res, RedisR
 		bool		woken;
 
 		if (!redis_store_sem_acquire(&a->key, holder, a->max, a->lease_us, &rep, r))
+		{
+			/* not connected: the command never went out */
+			if (!held && r->status == RS_FAIL_CONNECT)
+				pfree(refund_take_slot(&a->key));
 			return false;
+		}
 		res->holders = rep.holders;
 		res->leases_ended += rep.ended;
 		if (rep.acquired)
 		{
 			res->acquired = true;
-			if (!held)
-				refund_remember_release(&a->key, holder, a->lease_us);
+			refund_confirm_slot(&a->key);
 			return true;
 		}
 		res->acquired = false;
 		res->wait_us = rep.wait_us;
 		now = GetCurrentTimestamp();
 		if (now >= deadline)
+		{
+			/*
+			 * Every command of this call was answered, the last with a
+			 * denial: Redis has no holding of this call's name.
+			 */
+			if (!held)
+				pfree(refund_take_slot(&a->key));
 			return true;
+		}
 		wait_ms = Min((deadline - now + 999) / 1000, (rep.wait_us + 999) / 1000);
 		wait_ms = Max(Min(wait_ms, BLPOP_MAX_MS), 1);
 		res->waited = true;
 		if (!sem_wait(&a->key, (int) wait_ms, &woken, r))
+		{
+			/* every acquisition sent was answered, with a denial */
+			if (!held)
+				pfree(refund_take_slot(&a->key));
 			return false;
+		}
 		CHECK_FOR_INTERRUPTS();
 	}
 }
@@ -548,17 +686,19 @@ slidewin_release(PG_FUNCTION_ARGS)
 {
 	RlArgs		key;
 	char	   *holder;
+	bool		confirmed = false;
 	bool		released = false;
 
 	key_arg(fcinfo, &key);
-	holder = refund_held_slot(&key, NULL);
+	holder = refund_held_slot(&key, NULL, &confirmed);
 	if (holder != NULL)
 	{
 		RedisResult r;
 		int64		n = 0;
 		bool		sent = false;
 
-		released = true;
+		/* an unconfirmed one (its reply was lost): held if Redis had it */
+		released = confirmed;
 		if (policy_redis_may_be_tried(&r))
 		{
 			if (redis_store_sem_call(SCRIPT_SEM_RELEASE, &key, holder, 0, &n, &r))
@@ -569,9 +709,12 @@ slidewin_release(PG_FUNCTION_ARGS)
 		if (sent)
 		{
 			pfree(refund_take_slot(&key));
-			stats_slot_released(true);
+			if (n == 1)
+				released = true;
+			if (released)
+				stats_slot_released(true);
 		}
-		else
+		else if (confirmed)
 			ereport(WARNING,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("slidewin could not release a concurrency slot now"),
@@ -583,31 +726,58 @@ slidewin_release(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(released);
 }
 
-/* rl_renew(key): whether this transaction still held its slot (its lease starts again). */
+/*
+ * rl_renew(key): whether this transaction still held its slot (its lease
+ * starts again). When Redis cannot answer, slidewin.on_redis_error decides,
+ * as for rl_acquire (rl_renew has no argument of its own): error raises;
+ * allow answers true and deny false; fallback answers NULL, not known,
+ * since the fallback store has no lease to renew. Each but error warns
+ * that the lease runs on unrenewed: a job's transaction is not aborted by a
+ * short stall, and the next rl_renew renews it.
+ */
 Datum
 slidewin_renew(PG_FUNCTION_ARGS)
 {
 	RlArgs		key;
 	int64		lease_us;
 	char	   *holder;
+	bool		confirmed = false;
+	bool		in_fallback;
 	RedisResult r;
 	int64		n = 0;
+	int			policy = policy_from_name(NULL, "on_redis_error");
 
 	key_arg(fcinfo, &key);
-	holder = refund_held_slot(&key, &lease_us);
+	holder = refund_held_slot(&key, &lease_us, &confirmed);
+	/* a fallback slot has no lease: it is held to the end */
+	in_fallback = fallback_mine(slot_hash(&key)) >= 0;
 	if (holder == NULL)
+		PG_RETURN_BOOL(in_fallback);
+	if (policy_redis_may_be_tried(&r))
 	{
-		/* a fallback slot has no lease: it is held to the end */
-		PG_RETURN_BOOL(fallback_mine(slot_hash(&key)) >= 0);
-	}
-	if (!policy_redis_may_be_tried(&r))
-		policy_unavailable_error(&r);
-	if (!redis_store_sem_call(SCRIPT_SEM_RENEW, &key, holder, lease_us, &n, &r))
-	{
+		if (redis_store_sem_call(SCRIPT_SEM_RENEW, &key, holder, lease_us, &n, &r))
+		{
+			if (n == 1 && !confirmed)
+				refund_confirm_slot(&key);
+			PG_RETURN_BOOL(n == 1 || in_fallback);
+		}
 		policy_redis_failed(&r);
-		policy_unavailable_error(&r);
 	}
-	PG_RETURN_BOOL(n == 1);
+	/* the slot that counts is in the fallback store (Redis's reply was lost) */
+	if (in_fallback && !confirmed)
+		PG_RETURN_BOOL(true);
+	if (policy == POLICY_ERROR)
+		policy_unavailable_error(&r);
+	ereport(WARNING,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("slidewin could not renew a concurrency slot's lease"),
+			 errdetail_internal("%s", r.message),
+			 errhint("Call rl_renew again once Redis answers; until then the lease runs on.")));
+	if (policy == POLICY_ALLOW)
+		PG_RETURN_BOOL(true);
+	if (policy == POLICY_DENY)
+		PG_RETURN_BOOL(false);
+	PG_RETURN_NULL();
 }
 
 /* rl_holders(key, on_redis_error): the live holders of the key's slots. */

@@ -21,7 +21,10 @@
  * exchange, append their commands to it, push the bytes out and read the
  * replies as they come until slidewin.refund_confirm_timeout has passed
  * (capped by command_timeout; poll() only: no latch, no WaitEventSet, no
- * connecting). As in postgres_fdw's abort cleanup, the deadline, not
+ * connecting). A transaction that owes a slot's release gets its connection
+ * earlier, in normal context: at pre-commit and when a COMMIT or ROLLBACK
+ * statement starts (refund_before_xact_end); backend exit connects once
+ * too, bounded, for the releases still queued. As in postgres_fdw's abort cleanup, the deadline, not
  * CHECK_FOR_INTERRUPTS, ends the wait. A reply read there settles its refund
  * (a dropped one is reported with a WARNING, never more), so that when
  * ROLLBACK returns the refunds are applied and confirmed even if the backend
@@ -108,6 +111,7 @@ typedef struct RefundEntry
 	uint8		kind;			/* EntryKind */
 	uint8		tries;			/* transient failures so far */
 	bool		ever_sent;		/* Redis may have applied it */
+	bool		confirmed;		/* KIND_RELEASE: Redis said the slot is held */
 	int16		link;			/* Redis Cluster: the link it was sent on */
 	uint64		link_conn;		/* and that link's connection then */
 	int			rkeylen;
@@ -157,6 +161,7 @@ static RefundEntry *next_sent(void);
 static void settle(RefundEntry *e, redisReply *reply, int level);
 static void refund_at_exit(int code, Datum arg);
 static void refund_from_abort(int from);
+static bool releases_owed(bool live_only);
 
 /* ---------------------------------------------------------------------
  * Memory (normal context only)
@@ -258,9 +263,12 @@ refund_remember(const RlArgs *args, int64 recorded_ts)
 }
 
 /*
- * A concurrency slot this transaction holds in Redis (lease.c): released
+ * A concurrency slot this transaction may hold in Redis (lease.c): released
  * at commit, at abort, or at the abort of the subtransaction that took it,
- * on the same path as refunds.
+ * on the same path as refunds. It is remembered before the acquisition is
+ * sent, unconfirmed: a reply lost to a timeout or an interrupt may belong
+ * to an acquisition that Redis ran (or runs later), and releasing a holder
+ * Redis does not have changes nothing.
  */
 void
 refund_remember_release(const RlArgs *args, const char *holder, int64 lease_us)
@@ -290,6 +298,7 @@ refund_remember_release(const RlArgs *args, const char *holder, int64 lease_us)
 	e->holder = e->lkey + wlen + 1;
 	memcpy(e->holder, holder, holderlen + 1);
 	e->kind = KIND_RELEASE;
+	e->confirmed = false;
 	e->win_us = lease_us;
 	e->target = redis_target_id();
 	e->subid = GetCurrentSubTransactionId();
@@ -311,12 +320,31 @@ find_release(const char *hkey, int hkeylen)
 	return -1;
 }
 
+/* Redis said that this transaction's holder on args' key holds a slot. */
+void
+refund_confirm_slot(const RlArgs *args)
+{
+	char	   *hkey;
+	char	   *wkey;
+	int			hlen;
+	int			wlen;
+	int			i;
+
+	redis_store_sem_keys(args, &hkey, &hlen, &wkey, &wlen);
+	i = find_release(hkey, hlen);
+	if (i >= 0)
+		live[i]->confirmed = true;
+	pfree(hkey);
+	pfree(wkey);
+}
+
 /*
  * The holder's name of this transaction's slot on args' key (palloc'd), or
- * NULL; *lease_us (if not NULL) its lease.
+ * NULL; *lease_us (if not NULL) its lease, *confirmed (if not NULL) whether
+ * Redis said it is held.
  */
 char *
-refund_held_slot(const RlArgs *args, int64 *lease_us)
+refund_held_slot(const RlArgs *args, int64 *lease_us, bool *confirmed)
 {
 	char	   *hkey;
 	char	   *wkey;
@@ -330,6 +358,8 @@ refund_held_slot(const RlArgs *args, int64 *lease_us)
 	pfree(wkey);
 	if (i >= 0 && lease_us)
 		*lease_us = live[i]->win_us;
+	if (i >= 0 && confirmed)
+		*confirmed = live[i]->confirmed;
 	return i < 0 ? NULL : pstrdup(live[i]->holder);
 }
 
@@ -341,7 +371,7 @@ refund_held_slot(const RlArgs *args, int64 *lease_us)
 char *
 refund_take_slot(const RlArgs *args)
 {
-	char	   *holder = refund_held_slot(args, NULL);
+	char	   *holder = refund_held_slot(args, NULL, NULL);
 	char	   *hkey;
 	char	   *wkey;
 	int			hlen;
@@ -360,12 +390,15 @@ refund_take_slot(const RlArgs *args)
 	return holder;
 }
 
-/* Whether this transaction holds a slot in Redis (PREPARE refuses it). */
+/*
+ * Whether this transaction holds a slot in Redis (PREPARE refuses it). An
+ * unconfirmed one is released at PREPARE instead.
+ */
 static bool
 holds_slots(void)
 {
 	for (int i = 0; i < n_live; i++)
-		if (live[i]->kind == KIND_RELEASE)
+		if (live[i]->kind == KIND_RELEASE && live[i]->confirmed)
 			return true;
 	return false;
 }
@@ -763,7 +796,7 @@ settle(RefundEntry *e, redisReply *reply, int level)
 		case REFUND_GIVEN:
 		case REFUND_NOTHING:
 			script_known_on[e->kind] = redis_connection_id();
-			if (e->kind == KIND_RELEASE)
+			if (e->kind == KIND_RELEASE && (e->confirmed || v == REFUND_GIVEN))
 				stats_slot_released(true);
 			finish(e, v == REFUND_GIVEN);
 			break;
@@ -955,11 +988,73 @@ flush_now(void)
 }
 
 /*
+ * Whether a slot's release is owed: by this transaction (live), or, unless
+ * live_only, queued and not yet confirmed.
+ */
+static bool
+releases_owed(bool live_only)
+{
+	for (int i = 0; i < n_live; i++)
+		if (live[i]->kind == KIND_RELEASE)
+			return true;
+	if (live_only)
+		return false;
+	for (int i = q_head; i < n_queue; i++)
+		if (queue[i]->kind == KIND_RELEASE && queue[i]->state != ENTRY_DONE)
+			return true;
+	return false;
+}
+
+/*
+ * Before a transaction ends, in normal context (pre-commit, or the
+ * COMMIT/ROLLBACK statement: refund_before_xact_end): if a slot's release
+ * is owed and no connection is open (an earlier timeout or interrupt
+ * dropped it), connect now and send what is queued, so that the end of the
+ * transaction finds a connection for its own releases. The abort and
+ * commit callbacks cannot connect (interrupts are held there). This waits
+ * at most connect_timeout plus command_timeout per exchange, and is
+ * interruptible: an interrupt aborts the transaction, whose abort queues
+ * the releases as always. The breaker is passed over for this
+ * transaction's own slots: one attempt per transaction that took one, so
+ * that a slot is not kept for a retry interval after a stall; queued ones
+ * of earlier transactions wait for the breaker. A failure is counted and
+ * trips the breaker, never raised. Not under Redis Cluster, whose releases
+ * go out one by one with the next command (routed_hook).
+ */
+static void
+reconnect_for_releases(void)
+{
+	RedisResult r;
+
+	if (n_live == 0 && q_head == n_queue)
+		return;
+	if (redis_target_is_cluster() || redis_pipeline_ready() || !releases_owed(false))
+		return;
+	if (!policy_redis_may_be_tried(&r) && !releases_owed(true))
+		return;
+	r.reply = NULL;
+	redis_sync(&r);
+	if (r.reply)
+		freeReplyObject(r.reply);
+	if (r.status != RS_OK)
+		policy_redis_failed(&r);
+}
+
+void
+refund_before_xact_end(void)
+{
+	reconnect_for_releases();
+}
+
+/*
  * Backend exit. Runs after the last transaction was aborted (so its refunds
  * are queued) and while shared memory is still attached. One try of at most
  * EXIT_BUDGET_MS in all, with poll() only, to send what is queued on the
  * open connection and read the replies; whatever is left is dropped and
- * logged. No connection is opened here.
+ * logged. A slot's release that found no open connection (an earlier
+ * timeout dropped it) gets one connection first, its connect and each
+ * reply bounded by EXIT_BUDGET_MS, interrupts held: a slot would otherwise
+ * stay taken for its whole lease while Redis is healthy.
  */
 static void
 refund_at_exit(int code, Datum arg)
@@ -972,6 +1067,25 @@ refund_at_exit(int code, Datum arg)
 
 	if (q_head == n_queue)
 		return;
+	if (!redis_target_is_cluster() && !redis_pipeline_ready() && releases_owed(false))
+	{
+		int			saved_connect = slidewin_connect_timeout;
+		int			saved_command = slidewin_command_timeout;
+		RedisResult r;
+
+		slidewin_connect_timeout = Min(saved_connect, EXIT_BUDGET_MS);
+		slidewin_command_timeout = budget;
+		r.reply = NULL;
+		HOLD_INTERRUPTS();
+		redis_sync(&r);
+		RESUME_INTERRUPTS();
+		slidewin_connect_timeout = saved_connect;
+		slidewin_command_timeout = saved_command;
+		if (r.reply)
+			freeReplyObject(r.reply);
+		if (q_head == n_queue)
+			return;
+	}
 	/* Exit cannot be interrupted: keep it short, whatever command_timeout says. */
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), budget);
 	if (append_pending() && redis_pipeline_push(budget))
@@ -1078,6 +1192,9 @@ xact_callback(XactEvent event, void *arg)
 			if (n_live > 0)
 				refund_from_abort(0);
 			break;
+		case XACT_EVENT_PRE_COMMIT:
+			reconnect_for_releases();
+			break;
 		case XACT_EVENT_PRE_PREPARE:
 			if (holds_slots())
 				ereport(ERROR,
@@ -1091,7 +1208,8 @@ xact_callback(XactEvent event, void *arg)
 			reset_if_idle();
 			break;
 		case XACT_EVENT_PREPARE:
-			forget_live_from(0);
+			/* only unconfirmed slots are left (holds_slots): release them */
+			release_at_commit();
 			reset_if_idle();
 			break;
 		default:

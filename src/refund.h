@@ -33,9 +33,20 @@ extern void refund_settle(void);
 extern int64 refund_done_count;
 extern int64 refund_dropped_count;
 
-/* Concurrency slots held in Redis by this transaction (lease.c). */
+/*
+ * Concurrency slots held in Redis by this transaction (lease.c). A slot is
+ * remembered before its acquisition is sent (unconfirmed), so that a lost
+ * reply still gets its release; confirmed once Redis said it is held.
+ */
 extern void refund_remember_release(const RlArgs *args, const char *holder, int64 lease_us);
-extern char *refund_held_slot(const RlArgs *args, int64 *lease_us);
+extern void refund_confirm_slot(const RlArgs *args);
+extern char *refund_held_slot(const RlArgs *args, int64 *lease_us, bool *confirmed);
 extern char *refund_take_slot(const RlArgs *args);
+
+/*
+ * Before COMMIT or ROLLBACK ends the transaction (normal context): open a
+ * connection if a slot's release needs one. Never raises but for interrupts.
+ */
+extern void refund_before_xact_end(void);
 
 #endif

@@ -848,10 +848,15 @@ redis_store_sem_acquire(const RlArgs *args, const char *holder, int64 max,
 								i + 1, reply_type_name(rep->element[i]));
 		v[i] = rep->element[i]->integer;
 	}
-	/* what the script can answer, and nothing else */
+	/*
+	 * What the script can answer, and nothing else. A key's holders may
+	 * have taken it with different max: a new holder is admitted only below
+	 * this call's max, but a holder that renews (already) is renewed
+	 * whatever max it passes, so it may count more holders than that.
+	 */
 	if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < 0 ||
 		(v[4] != 0 && v[4] != 1) ||
-		(v[0] == 1 && (v[1] < 1 || v[1] > max || v[3] != 0)) ||
+		(v[0] == 1 && (v[1] < 1 || (v[1] > max && v[4] != 1) || v[3] != 0)) ||
 		(v[0] == 0 && (v[1] < max || v[4] != 0 || v[3] > RL_MAX_LEASE_US)))
 		return refuse_reply(r, "The slot script answered values it cannot give (acquired " INT64_FORMAT
 							", holders " INT64_FORMAT ", wait " INT64_FORMAT ").", v[0], v[1], v[3]);

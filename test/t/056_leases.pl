@@ -276,7 +276,7 @@ note(scalar(@fb) . ' fallback holdings, deepest overlap ' . SlidewinTest::max_ov
 cmp_ok(scalar(@fb), '>', 50, 'many fallback holdings');
 is(SlidewinTest::max_overlap(@fb), 3, 'the fallback store: never more than 3 holders at once (and 3 reached)');
 is($a_node->safe_psql('postgres', q{SELECT rl_holders('ls:x')}), '0', 'every fallback slot released');
-is($a_node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'}), '0',
+is($a_node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks WHERE locktype IN ('advisory', 'userlock')}), '0',
 	'no lock left behind');
 
 done_testing();
