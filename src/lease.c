@@ -727,9 +727,10 @@ slidewin_release(PG_FUNCTION_ARGS)
 }
 
 /*
- * rl_renew(key): whether this transaction still held its slot (its lease
- * starts again). When Redis cannot answer, slidewin.on_redis_error decides,
- * as for rl_acquire (rl_renew has no argument of its own): error raises;
+ * rl_renew(key, on_redis_error): whether this transaction still held its
+ * slot (its lease starts again). When Redis cannot answer, the policy
+ * decides, as for rl_acquire (NULL, or a 1.8 declaration without the
+ * argument: slidewin.on_redis_error): error raises;
  * allow answers true and deny false; fallback answers NULL, not known,
  * since the fallback store has no lease to renew. Each but error warns
  * that the lease runs on unrenewed: a job's transaction is not aborted by a
@@ -745,9 +746,12 @@ slidewin_renew(PG_FUNCTION_ARGS)
 	bool		in_fallback;
 	RedisResult r;
 	int64		n = 0;
-	int			policy = policy_from_name(NULL, "on_redis_error");
+	int			policy;
 
 	key_arg(fcinfo, &key);
+	policy = policy_from_name(PG_NARGS() > 1 && !PG_ARGISNULL(1) ?
+							  text_to_cstring(PG_GETARG_TEXT_PP(1)) : NULL,
+							  "on_redis_error");
 	holder = refund_held_slot(&key, &lease_us, &confirmed);
 	/* a fallback slot has no lease: it is held to the end */
 	in_fallback = fallback_mine(slot_hash(&key)) >= 0;

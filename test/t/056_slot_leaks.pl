@@ -291,6 +291,16 @@ sub fallback_session
 	$redis->thaw;
 	is($out, 't', 'F10: under allow it answers true');
 	like($err, qr/WARNING:.*could not renew/, 'F10: with a warning');
+	$redis->freeze;
+	($out, $err) = try_q($s, q{SELECT rl_renew('sl:r', on_redis_error => 'deny')});
+	$redis->thaw;
+	is($out, 'f', 'F10: the argument overrides the setting: deny answers false');
+	like($err, qr/WARNING:.*could not renew/, 'F10: with a warning');
+	(undef, $err) = try_q($s, q{SELECT rl_renew('sl:r', on_redis_error => 'sometimes')});
+	like($err, qr/ERROR:.*on_redis_error/, 'F10: an unknown policy is refused, naming the argument');
+	try_q($s, 'ROLLBACK');
+	$s->query_safe('BEGIN');
+	is($s->query_safe(q{SELECT acquired FROM rl_acquire('sl:r', 1, '1 minute')}), 't', 'F10: holds R again');
 	$s->query_safe(q{SET LOCAL slidewin.on_redis_error = 'error'});
 	$redis->freeze;
 	(undef, $err) = try_q($s, q{SELECT rl_renew('sl:r')});
