@@ -66,9 +66,43 @@ our %class = (
 	q => { n => 12,  alg => 'slot', lease => 20 },
 );
 
-sub key_name { my ($c, $i) = @_; return "$c:$i" }
+# The names of each class's keys (chosen by choose_keys before the clients
+# start); key_name($class, $i) is the i-th.
+our %names;
+sub key_name { my ($c, $i) = @_; return $names{$c}[$i] // "$c:$i" }
 sub key_class { return substr($_[0], 0, 1) }
 sub slot_max { my ($k) = @_; my ($i) = $k =~ /:(\d+)$/; return 1 + $i % 3 }
+
+# choose_keys($node): names for every class's keys such that no two share a
+# slot of the outage table (slidewin.outage_keys slots, a key's slot being a
+# hash of slidewin.key_prefix and the key, as src/outage.c computes it with
+# hash_bytes_extended, which hashtextextended exposes). A key whose slot
+# another key took falls back counting alone, which doc/failure-modes.md
+# allows (up to lim in each store): the soak's keys avoid it, so that the
+# one-server bound (lim across both switches) applies to every key.
+sub choose_keys
+{
+	my ($node) = @_;
+	my @cand = map { my $c = $_; map { "$c:$_" } 0 .. 4 * $class{$c}{n} } sort keys %class;
+	my $list = join(',', map { "'$_'" } @cand);
+	my %slot = map { split /\|/ } split /\n/, $node->safe_psql('postgres', qq{
+		SELECT k, ((hashtextextended(k, hashtextextended(current_setting('slidewin.key_prefix'), 24301))::numeric
+		           + 18446744073709551616) % 18446744073709551616) % current_setting('slidewin.outage_keys')::numeric
+		FROM unnest(ARRAY[$list]) k});
+	my %taken;
+	for my $c (sort keys %class)
+	{
+		$names{$c} = [];
+		for my $k (grep { /^$c:/ } @cand)
+		{
+			last if @{ $names{$c} } == $class{$c}{n};
+			next if $taken{ $slot{$k} }++;
+			push @{ $names{$c} }, $k;
+		}
+		die "not enough keys of class $c with a slot of their own" if @{ $names{$c} } < $class{$c}{n};
+	}
+	return;
+}
 
 # ---------------------------------------------------------------------
 # A psql session driven through pipes (no Test::More output per query, as
@@ -119,7 +153,7 @@ package SlidewinSoak;
 # ---------------------------------------------------------------------
 # A client: a forked process with one psql session. It writes one line per
 # finished admission, holding, reset and error to its file:
-#   A key party store ts cost end commit winid at took
+#   A key party store ts cost end commit winid at took via
 #   H key party store start end max
 #   R key t
 #   X party op error
@@ -177,10 +211,12 @@ sub client_main
 				# the fallback store is transactional
 				next if $how eq 'rollback' || $how eq 'prepared-rollback';
 				$a->{commit} = $t1;
+				$a->{via} .= ",$how";
 			}
 			else
 			{
 				$a->{commit} = $t1;
+				$a->{via} .= ",$how" if $a->{via} ne 'single';
 				$a->{end} = $t0 if $how eq 'rollback' && $a->{refund} && $a->{end} >= INF;
 			}
 			push @{ $c->{done} }, $a;
@@ -256,7 +292,8 @@ sub client_main
 		else { $ts = $t1 }
 		my $a = { key => $k, store => $store, ts => $ts, cost => $cost, end => INF,
 			commit => $t1, winid => $reset, at => $t1, took => $t1 - $t0,
-			refund => $refund eq 'true', ticket => $ticket, sp => defined $sp };
+			refund => $refund eq 'true', ticket => $ticket, sp => defined $sp,
+			via => ($in_tx ? (defined $sp ? 'tx+sp' : 'tx') : 'single') . ($refund eq 'true' ? ',roa' : '') };
 		if ($in_tx) { push @txa, $a }
 		else
 		{
@@ -405,34 +442,43 @@ sub client_main
 			elsif ($x < 0.8) { $attempt->($pick->('h'), 0) }
 			elsif ($x < 0.87) { $attempt->($pick->('m'), 0) }
 			elsif ($x < 0.93) { $attempt_tx->([ $pick->('h'), $pick->('h') ]) }
-			elsif ($x < 0.97) { $slot_tx->() }
+			elsif ($x < 0.98) { $slot_tx->() }
 			else { $refund->() }
 			next;
 		}
-		# n1's workers: while their calls fall back, mostly n1's own
-		# sliding-log keys (admissions that must be carried); while Redis
-		# answers, mostly the rest
-		my $solo = $last_fb ? 0.8 : 0.2;
-		if ($x < 0.55)
+		# n1's workers. While their calls fall back: mostly n1's own
+		# sliding-log keys, admissions that must be carried back. While
+		# Redis answers: fewer attempts (each carries one other key's
+		# admissions, so that rows wait longer while the peeker and the other
+		# database read the keys: F1), more slots, refunds and peeks.
+		if ($last_fb)
 		{
-			if (rand() < $solo) { $attempt->($pick->('s'), 0) }
-			else { $attempt->($pick->(('h', 'm', 'f', 'c', 't')[ int(rand(5)) ]), 0) }
+			if ($x < 0.7) { $attempt->(rand() < 0.85 ? $pick->('s') : $pick->(('h', 'm', 'f', 'c', 't')[ int(rand(5)) ]), 0) }
+			elsif ($x < 0.85)
+			{
+				$attempt_tx->([ map { rand() < 0.8 ? $pick->('s') : $pick->(('h', 'm', 'f', 'c', 't')[ int(rand(5)) ]) } 1 .. 1 + int(rand(3)) ]);
+			}
+			elsif ($x < 0.94) { $slot_tx->() }
+			elsif ($x < 0.96) { $refund->() }
+			else { $peek->($pick->('s')) }
+			next;
 		}
-		elsif ($x < 0.75)
+		if ($x < 0.25) { $attempt->(rand() < 0.1 ? $pick->('s') : $pick->(('h', 'm', 'f', 'c', 't')[ int(rand(5)) ]), 0) }
+		elsif ($x < 0.35)
 		{
-			my @k = map { rand() < $solo ? $pick->('s') : $pick->(('h', 'm', 'f', 'c', 't')[ int(rand(5)) ]) } 1 .. 1 + int(rand(3));
-			$attempt_tx->(\@k);
+			$attempt_tx->([ map { rand() < 0.1 ? $pick->('s') : $pick->(('h', 'm', 'f', 'c', 't')[ int(rand(5)) ]) } 1 .. 1 + int(rand(3)) ]);
 		}
-		elsif ($x < 0.85) { $slot_tx->() }
-		elsif ($x < 0.93) { $refund->() }
+		elsif ($x < 0.65) { $slot_tx->() }
+		elsif ($x < 0.7) { $refund->() }
 		elsif ($x < 0.995) { $peek->($pick->('s')) }
 		else { $reset->() }
+		usleep(int(rand(15_000)));
 	}
 	$s->quit;
 	for my $a (@{ $c->{done} })
 	{
 		$emit->('A', $a->{key}, $party, $a->{store}, $a->{ts}, $a->{cost}, $a->{end},
-			$a->{commit}, $a->{winid}, $a->{at}, $a->{took});
+			$a->{commit}, $a->{winid}, $a->{at}, $a->{took}, $a->{via});
 	}
 	$emit->('N', $party, join(',', map { "$_=$count{$_}" } sort keys %count));
 	close $out;
@@ -460,6 +506,7 @@ sub run
 	$n1->safe_psql('postgres', 'CREATE DATABASE db2');
 	$n1->safe_psql('db2', 'CREATE EXTENSION slidewin');
 
+	choose_keys($n1);
 	my $dir = PostgreSQL::Test::Utils::tempdir('soak');
 	my @clients = (
 		(map { [ $n1, 'postgres', 'n1', 'worker' ] } 1 .. 4),
@@ -559,7 +606,7 @@ sub run
 				$n->name . "/$db: no prepared transaction left");
 		}
 	}
-	note('faults: ' . join(', ', map { sprintf('%s +%.1f..+%.1f', $_->[0], $_->[1] - $t0, $_->[2] - $t0) } @faults));
+	diag('faults: ' . join(', ', map { sprintf('%s +%.1f..+%.1f', $_->[0], $_->[1] - $t0, $_->[2] - $t0) } @faults));
 
 	my $data = read_records($dir, scalar @clients);
 	check($data, t0 => $t0, losses => \@losses, faults => \@faults);
@@ -630,11 +677,31 @@ sub parties
 	return max(1, scalar(keys %fb) + ($other ? 1 : 0));
 }
 
+# in_window(\@sorted, $i, $field, $span): the records of the window
+# ($t - $span, $t] that ends at record $i's $field (the list is sorted by
+# it), still counting at $t (not refunded or reset by then).
+sub in_window
+{
+	my ($r, $i, $f, $span) = @_;
+	my $t = $r->[$i]{$f};
+	my @w;
+	for (my $j = $i; $j >= 0 && $r->[$j]{$f} > $t - $span; $j--)
+	{
+		unshift @w, $r->[$j] if $r->[$j]{end} > $t;
+	}
+	for (my $j = $i + 1; $j <= $#$r && $r->[$j]{$f} <= $t; $j++)
+	{
+		push @w, $r->[$j] if $r->[$j]{end} > $t;
+	}
+	return @w;
+}
+
 sub fmt_adm
 {
 	my ($a, $t0) = @_;
-	my $s = sprintf('%+.3f %s/%s x%d', $a->{ts} - $t0, $a->{party}, substr($a->{store}, 0, 1), $a->{cost});
+	my $s = sprintf('%+.3f %s/%s x%d %s', $a->{ts} - $t0, $a->{party}, substr($a->{store}, 0, 1), $a->{cost}, $a->{via});
 	$s .= sprintf(' refunded@%+.3f', $a->{end} - $t0) if $a->{end} < INF;
+	$s .= sprintf(' (took %.3f s, returned %+.3f)', $a->{took}, $a->{at} - $t0) if $a->{took} > 0.05;
 	$s .= sprintf(' committed@%+.3f', $a->{commit} - $t0) if $a->{commit} - $a->{ts} > 0.1;
 	return $s;
 }
@@ -655,7 +722,7 @@ sub check
 			$count{$k} += $v;
 		}
 	}
-	note('calls: ' . join(', ', map { "$_ $count{$_}" } sort keys %count));
+	diag('calls: ' . join(', ', map { "$_ $count{$_}" } sort keys %count));
 	my %err;
 	$err{"$_->[1]: $_->[2]"}++ for @{ $d->{X} };
 	is(scalar keys %err, 0, 'no call failed (' . scalar(@{ $d->{X} }) . ' errors)')
@@ -671,7 +738,7 @@ sub check
 	for my $r (@{ $d->{A} })
 	{
 		my %a;
-		@a{qw(key party store ts cost end commit winid at took)} = @$r;
+		@a{qw(key party store ts cost end commit winid at took via)} = @$r;
 		for my $rt (@{ $resets{ $a{key} } // [] })
 		{
 			$a{end} = $rt if $rt >= $a{ts} && $rt < $a{end};
@@ -682,7 +749,7 @@ sub check
 
 	my %adm;
 	for my $a (map { @$_ } values %by) { $adm{"$a->{party}/$a->{store}"}++ }
-	note('admissions recorded: ' . join(', ', map { "$_ $adm{$_}" } sort keys %adm));
+	diag('admissions recorded: ' . join(', ', map { "$_ $adm{$_}" } sort keys %adm));
 	cmp_ok($adm{'n1/fallback'} // 0, '>', 0, 'the soak made fallback admissions on n1');
 	cmp_ok(($adm{'n1db2/fallback'} // 0) + ($adm{'n2/fallback'} // 0), '>', 0, 'and on the other database or server');
 	cmp_ok($adm{'n1/redis'} // 0, '>', 0, 'and Redis admitted');
@@ -699,7 +766,7 @@ sub check
 		for my $i (0 .. $#$r)
 		{
 			my $t = $r->[$i]{ts};
-			my @w = grep { $_->{ts} > $t - $cf->{win} && $_->{ts} <= $t && ($_->{end} > $t) } @$r;
+			my @w = in_window($r, $i, 'ts', $cf->{win});
 			$windows++;
 			my $units = sum0(map { $_->{cost} } @w);
 			my $p = parties(\@w);
@@ -715,7 +782,8 @@ sub check
 				  && grep { $_->{store} eq 'redis' && $_->{ts} > $x->{ts} && $_->{ts} <= $x->{commit} + 1 } @w
 			} @w);
 			my $bound = $cf->{lim} * ($p + $e) + $slack;
-			push @over, { key => $k, t => $t, units => $units, bound => $bound, p => $p, e => $e, w => \@w, win => $cf->{win} }
+			push @over, { key => $k, t => $t, units => $units, bound => $bound, p => $p, e => $e,
+				w => [ grep { $_->{ts} > $t - $cf->{win} && $_->{ts} <= $t } @$r ], win => $cf->{win} }
 			  if $units > $bound;
 		}
 	}
@@ -734,7 +802,7 @@ sub check
 			for my $i (0 .. $#$r)
 			{
 				my $t = $r->[$i]{ts};
-				my @w = grep { $_->{ts} > $t - $win && $_->{ts} <= $t && ($_->{end} > $t) } @$r;
+				my @w = in_window($r, $i, 'ts', $win);
 				$windows++;
 				my %per;
 				$per{ $_->{store} eq 'redis' ? 'redis' : "fallback $_->{party}" } += $_->{cost} for @w;
@@ -792,7 +860,7 @@ sub check
 				my $a = $r[$i];
 				$tat = $a->{at} if $tat < $a->{at};
 				$tat += $a->{cost} * $tick;
-				my @w = grep { $_->{at} > $a->{at} - 3 * $cf->{win} && $_->{at} <= $a->{at} } @r;
+				my @w = in_window(\@r, $i, 'at', 3 * $cf->{win});
 				my $p = parties(\@w);
 				my $e = losses_in($losses, $a->{at} - 3 * $cf->{win}, $a->{at});
 				my $bound = $cf->{win} * ($p + $e) + 0.05 + $late;
@@ -819,15 +887,20 @@ sub check
 		my ($n, $mixed) = (0, 0);
 		for my $k (keys %hk)
 		{
-			my $hs = $hk{$k};
-			for my $h (@$hs)
+			my $hs = [ sort { $a->{start} <=> $b->{start} } @{ $hk{$k} } ];
+			my $longest = max(map { $_->{end} - $_->{start} } @$hs);
+			for my $i (0 .. $#$hs)
 			{
+				my $h = $hs->[$i];
 				$n++;
 				my $t = $h->{start};
+				my ($lo, $hi) = ($i, $i);
+				$lo-- while $lo > 0 && $hs->[ $lo - 1 ]{start} >= $t - $longest;
+				$hi++ while $hi < $#$hs && $hs->[ $hi + 1 ]{start} <= $t;
 				# holders of the same store (Redis, or one database's
 				# fallback store) at the moment this one was granted
 				my $sk = sub { $_[0]{store} eq 'redis' ? 'redis' : "fallback $_[0]{party}" };
-				my @at = grep { $_->{start} <= $t && $_->{end} > $t } @$hs;
+				my @at = grep { $_->{start} <= $t && $_->{end} > $t } @$hs[ $lo .. $hi ];
 				my @same = grep { $sk->($_) eq $sk->($h) } @at;
 				my $e = $h->{store} eq 'redis' ? losses_in($losses, $t - $class{q}{lease}, $t) : 0;
 				my $stores = scalar(keys %{ { map { $sk->($_) => 1 } @at } });
@@ -845,7 +918,7 @@ sub check
 				}
 			}
 		}
-		note("slots: $mixed grants beyond their own call's max while a holder with a larger max held the key (mixed max, F7: not checked)");
+		diag("slots: $mixed grants beyond their own call's max while a holder with a larger max held the key (mixed max, F7: not checked)");
 		report_over('slots: at most max holders at once in each store (Redis: + max per data loss), max x stores in all', \@sover, $t0, $n);
 	}
 	return;
