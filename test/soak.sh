@@ -16,7 +16,7 @@ fi
 export SOAK_SECONDS=$secs
 [[ -n ${SOAK_SEED:-} ]] && export SOAK_SEED
 
-out=$(mktemp "${TMPDIR:-/tmp}/slidewin-soak.XXXXXX")
+out=$(mktemp -t slidewin-soak.XXXXXX)
 trap 'rm -f "$out"' EXIT
 # start-up, the checks and the servers' stop take about a minute more
 SLIDEWIN_ONLY='^140_soak$' SLIDEWIN_SANITIZE=0 SLIDEWIN_VALKEY=0 \
