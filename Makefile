@@ -10,6 +10,9 @@
 #   make valgrind  the regression suite under valgrind memcheck (not part
 #                of make test; slow)
 #   make bench   the benchmark (not part of make test)
+#   make soak    build, install, then the randomized exactness soak (TAP
+#                140_soak, test/perl/SlidewinSoak.pm) for SOAK_SECONDS
+#                (default 600); SOAK_SEED replays a run; prints PASS or FAIL
 #   make fuzz    build the libFuzzer targets (test/fuzz) and run each for
 #                FUZZ_SECONDS (default 60); make test runs them briefly
 #   make unit    build and run the unit tests of the pure files (test/unit);
@@ -55,7 +58,7 @@ ifneq ($(PGXS),)
 $(OBJS): $(wildcard src/*.h)
 endif
 
-.PHONY: deps demo test test-matrix bench bench-scripts fuzz unit sanitize valgrind
+.PHONY: deps demo test test-matrix bench bench-scripts fuzz unit sanitize valgrind soak
 
 FUZZ_SECONDS ?= 60
 
@@ -89,6 +92,12 @@ bench: deps
 	$(MAKE) all
 	$(MAKE) install
 	@bash test/bench/run.sh
+
+# The exactness soak of make test's TAP 140_soak, for longer (test/soak.sh).
+soak: deps
+	$(MAKE) all
+	$(MAKE) install
+	@bash test/soak.sh
 
 # What each script costs Redis per call, beside a naive script, in Redis alone:
 # microseconds (commandstats), then instructions (callgrind, repeatable).
