@@ -154,7 +154,8 @@ package SlidewinSoak;
 # A client: a forked process with one psql session. It writes one line per
 # finished admission, holding, reset and error to its file:
 #   A key party store ts cost end commit winid at took via
-#   H key party store start end max
+#   H key party store start end max sent (start: when the grant came back;
+#     sent: when the call went out)
 #   R key t
 #   X party op error
 #   N party counters (op=count,...)
@@ -224,7 +225,7 @@ sub client_main
 		}
 		for my $k (keys %held)
 		{
-			$emit->('H', $k, $party, $held{$k}{store}, $held{$k}{start}, $t0, $held{$k}{max});
+			$emit->('H', $k, $party, $held{$k}{store}, $held{$k}{start}, $t0, $held{$k}{max}, $held{$k}{sent});
 		}
 		@txa = ();
 		%held = ();
@@ -314,7 +315,7 @@ sub client_main
 		return unless $rows;
 		my ($ok, $store) = @{ $rows->[0] };
 		$count{"acquire:$store:$ok"}++;
-		$held{$k} = { start => $t1, store => $store, max => $m } if $ok eq 't';
+		$held{$k} = { start => $t1, sent => $t0, store => $store, max => $m } if $ok eq 't';
 		usleep(int(rand(30_000)));
 		my $r = rand();
 		if ($r < 0.2 && $ok eq 't')
@@ -324,7 +325,7 @@ sub client_main
 			return unless $rows;
 			if ($rows->[0][0] eq 't')
 			{
-				$emit->('H', $k, $party, $held{$k}{store}, $held{$k}{start}, $t, $held{$k}{max});
+				$emit->('H', $k, $party, $held{$k}{store}, $held{$k}{start}, $t, $held{$k}{max}, $held{$k}{sent});
 				delete $held{$k};
 			}
 		}
@@ -334,7 +335,7 @@ sub client_main
 			$s->query('ROLLBACK TO SAVEPOINT s1');
 			for my $h (keys %held)
 			{
-				$emit->('H', $h, $party, $held{$h}{store}, $held{$h}{start}, $t, $held{$h}{max});
+				$emit->('H', $h, $party, $held{$h}{store}, $held{$h}{start}, $t, $held{$h}{max}, $held{$h}{sent});
 			}
 			%held = ();
 		}
@@ -879,7 +880,7 @@ sub check
 		for my $h (@{ $d->{H} })
 		{
 			my %x;
-			@x{qw(key party store start end max)} = @$h;
+			@x{qw(key party store start end max sent)} = @$h;
 			next if $x{store} eq 'none';
 			push @{ $hk{ $x{key} } }, \%x;
 		}
@@ -897,29 +898,35 @@ sub check
 				my ($lo, $hi) = ($i, $i);
 				$lo-- while $lo > 0 && $hs->[ $lo - 1 ]{start} >= $t - $longest;
 				$hi++ while $hi < $#$hs && $hs->[ $hi + 1 ]{start} <= $t;
-				# holders of the same store (Redis, or one database's
-				# fallback store) at the moment this one was granted
-				my $sk = sub { $_[0]{store} eq 'redis' ? 'redis' : "fallback $_[0]{party}" };
+				# holders of the same store (Redis, or one server's
+				# fallback store: its databases share a key's slots,
+				# F9) at the moment this one was granted
+				my $sk = sub { $_[0]{store} eq 'redis' ? 'redis' : 'fallback ' . ($_[0]{party} eq 'n2' ? 'node 2' : 'node 1') };
 				my @at = grep { $_->{start} <= $t && $_->{end} > $t } @$hs[ $lo .. $hi ];
 				my @same = grep { $sk->($_) eq $sk->($h) } @at;
 				my $e = $h->{store} eq 'redis' ? losses_in($losses, $t - $class{q}{lease}, $t) : 0;
 				my $stores = scalar(keys %{ { map { $sk->($_) => 1 } @at } });
-				# Calls with different max on one key (F7): what they may
-				# admit is not yet documented, so the bound is the largest
-				# max among the holders; a grant beyond its own call's max is
-				# only counted (noted below).
+				# Calls with different max on one key (F7,
+				# doc/semantics.md): each call's max decides its own
+				# admission. So the holders of its store granted before
+				# this call was even sent, and still holding when it came
+				# back, are fewer than its max; at any moment, a store
+				# holds at most the largest max among its holders, and
+				# all stores together that per store.
 				my $m = max(map { $_->{max} } @at);
-				$mixed++ if @same > $h->{max} * (1 + $e);
+				$mixed++ if $h->{max} < $m;
+				my @before = grep { $_ != $h && $_->{start} <= $h->{sent} && $_->{end} > $t && $sk->($_) eq $sk->($h) } @$hs[ $lo .. $hi ];
+				my $own = $h->{max} * (1 + $e);
 				my $bound = $m * (1 + $e);
-				if (@same > $bound || @at > $m * ($stores + $e))
+				if (@before + 1 > $own || @same > $bound || @at > $m * ($stores + $e))
 				{
-					push @sover, { key => "$k (" . $sk->($h) . ", max $h->{max})", t => $t, n => scalar(@at), units => scalar(@same) . ' here, ' . scalar(@at) . ' in all',
-						bound => "$bound here, " . $m * ($stores + $e) . ' in all', p => $stores, e => $e, slots => \@at };
+					push @sover, { key => "$k (" . $sk->($h) . ", max $h->{max})", t => $t, n => scalar(@at), units => scalar(@before) . ' granted before it, ' . scalar(@same) . ' here, ' . scalar(@at) . ' in all',
+						bound => ($own - 1) . " before it, $bound here, " . $m * ($stores + $e) . ' in all', p => $stores, e => $e, slots => \@at };
 				}
 			}
 		}
-		diag("slots: $mixed grants beyond their own call's max while a holder with a larger max held the key (mixed max, F7: not checked)");
-		report_over('slots: at most max holders at once in each store (Redis: + max per data loss), max x stores in all', \@sover, $t0, $n);
+		diag("slots: $mixed grants while a holder with a larger max held the key (mixed max, F7)");
+		report_over("slots: fewer than a call's max holders granted before it in its store, at most the largest max at once (Redis: + max per data loss), that x stores in all", \@sover, $t0, $n);
 	}
 	return;
 }
