@@ -55,13 +55,6 @@ ifneq ($(PGXS),)
 $(OBJS): $(filter-out src/lua_scripts.h,$(wildcard src/*.h))
 endif
 
-# The Lua scripts: each file of src/lua becomes a string macro of
-# src/lua_scripts.h (a build product), which src/scripts.c puts together.
-LUA_SOURCES = $(sort $(wildcard src/lua/*.lua))
-src/lua_scripts.h: src/lua/lua2c.pl $(LUA_SOURCES)
-	perl src/lua/lua2c.pl $@ $(LUA_SOURCES)
-src/scripts.o src/scripts.bc: src/lua_scripts.h
-
 .PHONY: deps demo test test-matrix bench bench-scripts fuzz unit sanitize valgrind
 
 FUZZ_SECONDS ?= 60
@@ -109,3 +102,10 @@ fuzz: deps
 # Built with cc and the sanitizers outside PGXS, like the fuzzers.
 unit: deps
 	@bash test/unit/run.sh
+
+# The Lua scripts: each file of src/lua becomes a string macro of
+# src/lua_scripts.h (a build product), which src/scripts.c puts together.
+LUA_SOURCES = $(sort $(wildcard src/lua/*.lua))
+src/lua_scripts.h: src/lua/lua2c.pl $(LUA_SOURCES)
+	perl src/lua/lua2c.pl $@ $(LUA_SOURCES)
+src/scripts.o src/scripts.bc: src/lua_scripts.h
