@@ -28,7 +28,7 @@ EXTENSION = slidewin
 DATA = sql/slidewin--1.0.sql sql/slidewin--1.0--1.1.sql sql/slidewin--1.1--1.2.sql sql/slidewin--1.2--1.3.sql sql/slidewin--1.3--1.4.sql sql/slidewin--1.4--1.5.sql sql/slidewin--1.5--1.6.sql sql/slidewin--1.6--1.7.sql sql/slidewin--1.7--1.8.sql sql/slidewin--1.8--1.9.sql
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Isrc
 SHLIB_LINK = -lhiredis -lanl -lssl -lcrypto
-EXTRA_CLEAN = test/fuzz/build
+EXTRA_CLEAN = test/fuzz/build src/lua_scripts.h
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(filter-out sql/slidewin--%,$(wildcard sql/*.sql))))
 REGRESS_OPTS = --inputdir=. --load-extension=slidewin
@@ -55,7 +55,7 @@ endif
 # PGXS does not track header dependencies unless the server was configured
 # with --enable-depend: rebuild every object when any header changes.
 ifneq ($(PGXS),)
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(filter-out src/lua_scripts.h,$(wildcard src/*.h))
 endif
 
 .PHONY: deps demo test test-matrix bench bench-scripts fuzz unit sanitize valgrind soak
@@ -111,3 +111,10 @@ fuzz: deps
 # Built with cc and the sanitizers outside PGXS, like the fuzzers.
 unit: deps
 	@bash test/unit/run.sh
+
+# The Lua scripts: each file of src/lua becomes a string macro of
+# src/lua_scripts.h (a build product), which src/scripts.c puts together.
+LUA_SOURCES = $(sort $(wildcard src/lua/*.lua))
+src/lua_scripts.h: src/lua/lua2c.pl $(LUA_SOURCES)
+	perl src/lua/lua2c.pl $@ $(LUA_SOURCES)
+src/scripts.o src/scripts.bc: src/lua_scripts.h

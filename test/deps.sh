@@ -68,6 +68,7 @@ packages=(
 	build-essential
 	clang
 	libclang-rt-dev
+	lua-check
 	procps
 	util-linux
 	iproute2

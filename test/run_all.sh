@@ -12,10 +12,12 @@
 #               by test/fuzz/run.sh; no server
 #   unit        test/unit/unit_*.c, standalone programs over the pure files,
 #               built and run by test/unit/run.sh; no server
+#   luacheck    the Lua scripts (src/lua) as Redis runs them, linted by
+#               test/luacheck.sh with luacheck (package lua-check); no server
 #
 # Every regression test, isolation spec, TAP file, fuzz target
 # (test/fuzz/fuzz_*.c, a short run of each) and unit test counts as one
-# test, and so do the log scan and the benchmark smoke run (test/bench/run.sh
+# test, and so does luacheck, and so do the log scan and the benchmark smoke run (test/bench/run.sh
 # --smoke).  A
 # test passes only when its runner says so; one that did not run is a
 # failure, and so is a harness step that could not run (a server that does
@@ -57,7 +59,7 @@
 #   SLIDEWIN_ONLY=REGEX    run only the tests whose names match (egrep); the
 #                          benchmark smoke runs only if "bench" matches, and a
 #                          fuzz target or unit test by its name (fuzz_url,
-#                          unit_cluster)
+#                          unit_cluster), the lint by "luacheck"
 #   SLIDEWIN_FUZZ_SECONDS  seconds each fuzz target runs (default 6)
 #   PG_TEST_PORT_DIR       port lock directory shared with other runs (default:
 #                          one per run, so parallel runs only have bind checks)
@@ -202,6 +204,7 @@ mapfile -t isolation_tests < <(list_names "$repo/test/isolation/specs" .spec)
 mapfile -t tap_tests < <(list_names "$repo/test/t" .pl)
 mapfile -t fuzz_targets < <(list_names "$repo/test/fuzz" .c | grep '^fuzz_')
 mapfile -t unit_tests < <(list_names "$repo/test/unit" .c | grep '^unit_')
+lint_tests=(luacheck)
 if [[ $run_label == cluster ]]; then
 	# The cluster pass: the suites that use the shared servers, now against a
 	# Redis Cluster. The TAP scripts start their own servers, each for the
@@ -209,12 +212,14 @@ if [[ $run_label == cluster ]]; then
 	tap_tests=()
 	fuzz_targets=()
 	unit_tests=()
+	lint_tests=()
 elif [[ -n $run_label ]]; then
 	# The Valkey and sanitize passes: the fuzzers and unit tests use no server
 	# and are built with the sanitizers already, so another run of them would
-	# check nothing the first did not.
+	# check nothing the first did not; nor would a second lint.
 	fuzz_targets=()
 	unit_tests=()
+	lint_tests=()
 fi
 if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
 	mapfile -t regress_tests < <(printf '%s\n' "${regress_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
@@ -222,16 +227,17 @@ if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
 	mapfile -t tap_tests < <(printf '%s\n' "${tap_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	mapfile -t fuzz_targets < <(printf '%s\n' "${fuzz_targets[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	mapfile -t unit_tests < <(printf '%s\n' "${unit_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
+	mapfile -t lint_tests < <(printf '%s\n' "${lint_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	echo "SLIDEWIN_ONLY=$SLIDEWIN_ONLY: a partial run"
 fi
 
-echo "found ${#regress_tests[@]} regression tests, ${#isolation_tests[@]} isolation specs, ${#tap_tests[@]} TAP files, ${#fuzz_targets[@]} fuzz targets, ${#unit_tests[@]} unit tests"
+echo "found ${#regress_tests[@]} regression tests, ${#isolation_tests[@]} isolation specs, ${#tap_tests[@]} TAP files, ${#fuzz_targets[@]} fuzz targets, ${#unit_tests[@]} unit tests, ${#lint_tests[@]} lint"
 echo "time limits: ${suite_timeout} s for each pg_regress-style suite (SLIDEWIN_SUITE_TIMEOUT)," \
 	"${PGISOLATIONTIMEOUT} s for one isolation step (PGISOLATIONTIMEOUT), ${tap_timeout} s for each TAP file (SLIDEWIN_TAP_TIMEOUT)"
 if [[ -n ${SLIDEWIN_SERVER_WRAPPER:-} ]]; then
 	echo "servers run under SLIDEWIN_SERVER_WRAPPER=$SLIDEWIN_SERVER_WRAPPER"
 fi
-if ((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_tests[@]} + ${#fuzz_targets[@]} + ${#unit_tests[@]} == 0)); then
+if ((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_tests[@]} + ${#fuzz_targets[@]} + ${#unit_tests[@]} + ${#lint_tests[@]} == 0)); then
 	finished=1
 	exit
 fi
@@ -472,11 +478,27 @@ run_unit_tests() {
 	done
 }
 
-# An inner pass (valkey, sanitize) tests the server side again; the fuzzers
-# and unit tests ran once already.
+# ---- luacheck -------------------------------------------------------------------
+# test/luacheck.sh lints every script as Redis runs it (src/lua, put together
+# as src/scripts.c does); one test. No server.
+run_luacheck() {
+	(($# > 0)) || return 0
+	banner "luacheck"
+	if bounded "$work/luacheck.log" 120 bash "$repo/test/luacheck.sh"; then
+		tail -n 1 "$work/luacheck.log"
+		pass
+	else
+		print_capped "$work/luacheck.log" 200
+		fail "luacheck"
+	fi
+}
+
+# An inner pass (valkey, sanitize) tests the server side again; the fuzzers,
+# unit tests and lint ran once already.
 if [[ -z $run_label ]]; then
 	run_fuzz_targets "${fuzz_targets[@]}"
 	run_unit_tests "${unit_tests[@]}"
+	run_luacheck "${lint_tests[@]}"
 fi
 
 # ---- server logs ----------------------------------------------------------------

@@ -6,10 +6,11 @@
 #
 # A throwaway redis-server on a free loopback port. slidewin's library of
 # functions is loaded with FUNCTION LOAD and its scripts with SCRIPT LOAD,
-# both read byte for byte out of src/scripts.c by lua_source.pl; each row
-# runs slidewin's function with FCALL (what slidewin sends where the server
-# has functions), the naive script with EVALSHA, slidewin's script with
-# EVALSHA (what it sends to Redis 6.2, or with slidewin.redis_functions off)
+# both put together byte for byte out of src/lua, as src/scripts.c does, by
+# lua_source.pl; each row runs slidewin's function with FCALL (what
+# slidewin sends where the server has functions), the naive script with
+# EVALSHA, slidewin's script with EVALSHA (what it sends to Redis 6.2, or
+# with slidewin.redis_functions off)
 # and the naive script as a function, by redis-benchmark, 8 connections,
 # REQUESTS calls each (default 200,000). Each run resets the counters
 # (CONFIG RESETSTAT) and reads INFO commandstats after it: the Redis CPU per

@@ -1,0 +1,60 @@
+--[[ The sliding log's attempt, after prelude_base.lua and prelude_log.lua
+(also a function of the library, see library_build in src/scripts.c).
+
+KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV lim, win (us), cost, and
+only when needed flags and now: flags holds 'f' (force: record the call
+even if it is over the limit or blocked, for shadow mode) and 'k' under
+Redis Cluster (keep the ledger and the block key, see keep); now is the
+time in us (absent or '': Redis TIME). Each argument costs Redis about a
+thousand instructions, so most calls send the first three alone.
+Returns {allowed, remaining, retry_after_us, reset_at_us, used, recorded,
+stable_us}, where recorded is the score of the entry written, or -1, and
+stable_us (on a denial) is how long the same call would get the same answer
+if nothing else wrote to the key: until the oldest entry in the window
+leaves it, or retry_after, whichever comes first. A forced call over the
+limit reports allowed = 0 with the retry_after it would have had; a call
+on a blocked key, allowed = 2 (see blocked). A call admitted on a key not
+blocked returns only {remaining, recorded}: the rest follows (allowed 1,
+retry_after 0, reset_at recorded + win, used lim - remaining, stable 0),
+and a reply of seven numbers costs Redis about 3 % more of the call. ]]
+
+local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])
+local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
+local flags, force = ARGV[4], false
+if flags and flags ~= '' then
+  force = string.find(flags, 'f', 1, true) ~= nil
+  if string.find(flags, 'k', 1, true) then keep = KEYS[2]; bkeep = KEYS[3] end
+end
+local now = clock(ARGV[5])
+local base, r0, rb = trim(key, lk, now - win, true)
+local total, last_ts = newest(key, base)
+local rt, rlast = rb, nil
+if lk then rt, rlast = ledger_newest(lk, rb) end
+local used = total - base - (rt - rb)
+local ok = used + cost <= lim
+local retry, rem = 0, lim - used - cost
+if not ok or bend > now then
+  rem = lim - used
+  if rem < 0 then rem = 0 end
+  local first = nil
+  if not ok then
+    local free_at
+    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim)
+    retry = free_at + win - now
+  elseif used > 0 then
+    first = select(2, net_at(key, lk, r0, base, rb))
+  end
+  if not force then
+    local reset = now
+    if used > 0 then reset = last_live(key, lk, r0, base, rb, used, last_ts, rlast) + win end
+    local r = blocked({0, rem, retry, reset, used, -1, 0}, bend, now)
+    r[7] = r[3]
+    if first then r[7] = math.min(first + win - now, r[3]) end
+    return r
+  end
+  rem = 0
+end
+local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, win)
+-- admitted (most calls): the two fields the others follow from
+if ok and bend <= now then return {rem, ts} end
+return blocked({ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}, bend, now)

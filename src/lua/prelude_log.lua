@@ -1,0 +1,126 @@
+--[[ What the logs add to prelude_base.lua: the ledger of refunds, the trim,
+the search. The scripts of the sliding log start with prelude_base.lua and
+this file. ]]
+
+-- The ledger key when it exists (most keys never had a refund), and the
+-- end of the key's block: one EXISTS for both, as most keys have neither.
+local function ledger_block(lkey, bk)
+  local n = redis.call('EXISTS', lkey, bk)
+  if n == 0 then return nil, 0 end
+  local b = redis.call('GET', bk)
+  if not b then return lkey, 0 end
+  if n == 2 then return lkey, tonumber(b) end
+  return nil, tonumber(b)
+end
+-- Units the ledger gave back for entries scored at most s (O(log n)).
+local function refunded_upto(lk, s)
+  local r = redis.call('ZREVRANGEBYSCORE', lk, s, '-inf', 'LIMIT', '0', '1')
+  if r[1] then return tonumber(r[1]) end
+  return 0
+end
+-- The ledger's newest running total and the score it refunds (nil if none).
+local function ledger_newest(lk, rb)
+  local n = redis.call('ZRANGE', lk, -1, -1, 'WITHSCORES')
+  if n[1] and n[2] ~= '-inf' then return tonumber(n[1]), tonumber(n[2]) end
+  return rb, nil
+end
+-- The entry at a rank: the live units up to it, net of refunds, and its score.
+local function net_at(key, lk, rank, base, rb)
+  local e = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
+  local n, t = e[1] - base, e[2] + 0
+  if lk then n = n - (refunded_upto(lk, t) - rb) end
+  return n, t
+end
+-- Time at which the live entries from rank r0 on free `need` units, and
+-- the time of the first of them (when the count may next change). Net
+-- units never decrease with rank, so a binary search finds it: O(log n),
+-- or O(log^2 n) when the key has a ledger.
+local function freeing_time(key, lk, r0, base, rb, need)
+  local v, first = net_at(key, lk, r0, base, rb)
+  if v >= need then return first, first end
+  local lo, hi = r0 + 1, redis.call('ZCARD', key) - 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if net_at(key, lk, mid, base, rb) >= need then hi = mid else lo = mid + 1 end
+  end
+  local e = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')
+  return tonumber(e[2]), first
+end
+-- When the window holds none of the `used` units: the newest entry not
+-- given back leaves it. Only a refund of the newest entry needs a search.
+local function last_live(key, lk, r0, base, rb, used, last_ts, rlast)
+  if not lk or rlast ~= last_ts then return last_ts end
+  return (freeing_time(key, lk, r0, base, rb, used))
+end
+-- The log up to cutoff: its base (running total before the window), the
+-- rank of the first live entry, and the ledger's base. The base is the
+-- newest entry that has left the window (an entry scored -inf, as earlier
+-- builds wrote the base, is among them). When writing, every entry that has
+-- left but that one goes, and it stays first in the log: one write (not
+-- two) trims a busy key, one entry leaving per call. The entries that have
+-- left are read by score, members only (O(log n)): Redis 7.0 prints every
+-- score it returns with %.17g, which cost more than the rest of the read.
+-- The ledger keeps its base in a member scored -inf.
+local function trim(key, lk, cutoff, write)
+  local c = string.format('%d', cutoff)
+  local x = redis.call('ZRANGE', key, c, '-inf', 'BYSCORE', 'REV', 'LIMIT', '0', '8')
+  local nx = #x
+  local rb = 0
+  if lk then rb = refunded_upto(lk, cutoff) end
+  if nx == 0 then return 0, 0, rb end
+  if nx > 1 and write then
+    if nx < 8 then redis.call('ZREM', key, unpack(x, 2))
+    else
+      -- eight or more have left: all before the newest of them, by its score
+      local o = redis.call('ZRANGE', key, c, '-inf', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. o[2])
+    end
+    if lk then
+      redis.call('ZREMRANGEBYSCORE', lk, '-inf', cutoff)
+      if rb > 0 or keep then redis.call('ZADD', lk, '-inf', rb) end
+    end
+  end
+  return x[1] + 0, 1, rb
+end
+-- The newest running total and its time (nil if the log holds no entry).
+local function newest(key, base)
+  local n = redis.call('ZRANGE', key, '0', '0', 'REV', 'WITHSCORES')
+  if n[1] and n[2] ~= '-inf' then return n[1] + 0, n[2] + 0 end
+  return base, nil
+end
+-- Record cost units now (or 1 us after the newest entry); returns the score.
+-- The key expires when its newest entry leaves the window, on the clock
+-- that scored it, even if that entry is ahead of now.
+local function record(key, lk, now, last_ts, total, base, r0, rb, cost, win)
+  local ts = now
+  if last_ts and ts <= last_ts then ts = last_ts + 1 end
+  if total == base then
+    if base > 0 then redis.call('DEL', key) end
+    if lk then redis.call('DEL', lk); lk = nil end
+    total = 0
+  elseif total + cost > 4503599627370496 then
+    -- keep running totals exact as doubles: renumber the live entries
+    -- (the ledger's totals never exceed the log's, and are renumbered too)
+    local all = redis.call('ZRANGE', key, r0, -1, 'WITHSCORES')
+    redis.call('DEL', key)
+    for i = 1, #all, 2 do
+      redis.call('ZADD', key, all[i + 1], tonumber(all[i]) - base)
+    end
+    total = total - base
+    if lk then
+      local refs = redis.call('ZRANGEBYSCORE', lk, '(-inf', '+inf', 'WITHSCORES')
+      redis.call('DEL', lk)
+      for i = 1, #refs, 2 do
+        redis.call('ZADD', lk, refs[i + 1], tonumber(refs[i]) - rb)
+      end
+    end
+  end
+  if ts == now then redis.call('ZADD', key, clock_s, string.format('%d', total + cost))
+  else redis.call('ZADD', key, ts, total + cost) end
+  if keep and not lk then redis.call('ZADD', keep, '-inf', '0'); lk = keep end
+  local ttl = string.format('%d', math.ceil((ts + win - now) / 1000) + 1)
+  redis.call('PEXPIRE', key, ttl)
+  if lk then redis.call('PEXPIRE', lk, ttl) end
+  keep_block(ttl)
+  return ts
+end

@@ -1,0 +1,56 @@
+--[[ sliding_counter, after prelude_base.lua, counter_args.lua and
+counter_window.lua (also a function of the library): the current fixed
+bucket's count c plus the previous bucket's count p weighted by the share
+of the window that still overlaps it: estimate = p * (win - elapsed) / win
++ c. ]]
+
+local v = redis.call('HMGET', key, 's', 'c', 'p')
+local s, c, p = v[1] and v[1] + 0, v[2] and v[2] + 0 or 0, v[3] and v[3] + 0 or 0
+if not s then c, p = 0, 0
+elseif s == start - win then p, c = c, 0
+elseif s < start - win then p, c = 0, 0
+elseif s > start then start = s end
+local e = now - start
+if e < 0 then e = 0 end
+local est = p * (win - e) / win + c
+local ok = est + cost <= lim
+local retry = 0
+if not ok then
+  if c + cost <= lim and p > 0 then
+    retry = math.ceil(win - (lim - c - cost) * win / p) - e
+  else
+    local cn = c
+    if mode == '1' then cn = c + cost end
+    local e2 = 0
+    if cn > 0 and cost < lim then e2 = math.ceil(win - (lim - cost) * win / cn) end
+    if cost >= lim then e2 = win end
+    retry = (win - e) + e2
+  end
+  if retry < 1 then retry = 1 end
+end
+local function answer(allowed, est_after, c_after)
+  local rem = math.floor(lim - est_after)
+  if rem < 0 or not allowed then rem = math.max(0, math.floor(lim - est_after)) end
+  local reset = now
+  if c_after > 0 then reset = start + 2 * win elseif p > 0 then reset = start + win end
+  return {allowed and 1 or 0, rem, retry, reset, math.ceil(est_after), -1}
+end
+if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then
+  return blocked(answer(ok, est, c), bend, now)
+end
+local ttl = math.ceil((start + 2 * win - now) / 1000) + 1
+-- in the bucket the key already counts, the units are added and the
+-- expiry, set by the bucket's first call, stands (as in fixed_window)
+if s == start and c > 0 then redis.call('HSET', key, 'c', c + cost)
+else
+  redis.call('HSET', key, 's', string.format('%d', start), 'c', c + cost, 'p', p)
+  redis.call('PEXPIRE', key, string.format('%d', ttl))
+end
+keep_block(ttl)
+if ok and bend <= now then
+  return {math.floor(lim - est - cost), start + 2 * win, math.ceil(est + cost)}
+end
+if ok then return blocked(answer(true, est + cost, c + cost), bend, now) end
+local r = answer(false, est + cost, c + cost)
+r[2] = 0
+return blocked(r, bend, now)

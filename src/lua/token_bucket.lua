@@ -1,0 +1,30 @@
+--[[ token_bucket, after prelude_base.lua and counter_args.lua (also a
+function of the library), as GCRA: the key holds the theoretical arrival
+time (tat) in microseconds. Each unit moves it win / lim later; a call
+passes if the new tat is at most win ahead of now, so lim units can come in
+one burst and are then refilled evenly over win. The 1e-3 us slack absorbs
+the rounding of win / lim in doubles. ]]
+
+local t = win / lim
+local tat = (redis.call('GET', key) or 0) + 0
+if tat < now then tat = now end
+local new = tat + cost * t
+local ok = new - now <= win + 1e-3
+local used = math.ceil((tat - now) / t - 1e-9)
+if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then
+  local rem = math.floor((win - (tat - now)) / t + 1e-9)
+  if rem < 0 then rem = 0 end
+  local retry = 0
+  if not ok then retry = math.max(1, math.ceil(new - win - now - 1e-3)) end
+  return blocked({ok and 1 or 0, rem, retry, math.ceil(tat), used, -1}, bend, now)
+end
+local ttl = string.format('%d', math.ceil((new - now) / 1000) + 1)
+redis.call('SET', key, string.format('%.17g', new), 'PX', ttl)
+keep_block(ttl)
+if ok then
+  local rem = math.floor((win - (new - now)) / t + 1e-9)
+  if rem < 0 then rem = 0 end
+  if bend <= now then return {rem, math.ceil(new), used + cost} end
+  return blocked({1, rem, 0, math.ceil(new), used + cost, -1}, bend, now)
+end
+return blocked({0, 0, math.max(1, math.ceil(new - win - now - 1e-3)), math.ceil(new), used + cost, -1}, bend, now)
