@@ -122,7 +122,8 @@ sub new
 	return $self;
 }
 
-# query($sql): (rows as arrays, error text or undef). A WARNING is not an error.
+# query($sql): (rows as arrays, error text or undef: the ERROR line and its
+# DETAIL). A WARNING is not an error.
 sub query
 {
 	my ($self, $sql) = @_;
@@ -136,8 +137,10 @@ sub query
 	$self->{out} = '';
 	$self->{err} = '';
 	my @rows = map { [ split /\|/, $_, -1 ] } grep { $_ ne '' } split /\n/, $out;
-	my @e = grep { /^(?:psql:[^:]*:\d+: )?(?:ERROR|FATAL|PANIC):/ } split /\n/, $err;
-	return (\@rows, @e ? join(' / ', @e) : undef);
+	my @lines = split /\n/, $err;
+	my @e = grep { /^(?:psql:[^:]*:\d+: )?(?:ERROR|FATAL|PANIC):/ } @lines;
+	return (\@rows, undef) unless @e;
+	return (\@rows, join(' / ', grep { /^(?:psql:[^:]*:\d+: )?(?:ERROR|FATAL|PANIC|DETAIL):/ } @lines));
 }
 
 sub quit
@@ -398,6 +401,15 @@ sub client_main
 		{
 			# Redis cannot answer: documented as an error whatever the policy
 			$count{'refund error'}++;
+			# A refund that was sent and then timed out (or was cancelled
+			# while waiting) may still run once Redis wakes up, as any
+			# command that timed out may (doc/failure-modes.md): its units
+			# may be free from when it was sent.
+			if ($e =~ /timed out|statement timeout|canceling statement/ && $t0 < $a->{end})
+			{
+				$a->{end} = $t0;
+				$count{'refund timed out'}++;
+			}
 			push @tickets, $a if $e !~ /issued|not a ticket/;
 			$err->('refund', $e) if $e =~ /issued|not a ticket/;
 			return;
