@@ -56,7 +56,7 @@
 #include "compat.h"
 #include "fallback_block.h"
 
-/* Our lock tags: not fallback.c's (0x5357), nor user advisory locks (1, 2). */
+/* Our lock tags: not fallback_table.c's (0x5357), nor user advisory locks (1, 2). */
 #define BLOCK_LOCK_CLASS 0x5342
 
 #define BK_ATT_KEY 1
