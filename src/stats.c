@@ -202,13 +202,13 @@ typedef struct StatsShared
 	/* then: slots, rules (max_rules + 1, the last the overflow), keys, filter */
 } StatsShared;
 
-static StatsShared *ss = NULL;
-static char *slots_base = NULL;
-static RuleEntry *rules = NULL;
-static KeyEntry *keys = NULL;
-static pg_atomic_uint32 *key_filter = NULL;
-static HTAB *rule_hash = NULL;
-static HTAB *key_hash = NULL;
+static StatsShared *stats_shared = NULL;
+static char *stats_slots_base = NULL;
+static RuleEntry *stats_rules = NULL;
+static KeyEntry *stats_keys = NULL;
+static pg_atomic_uint32 *stats_key_filter = NULL;
+static HTAB *stats_rule_hash = NULL;
+static HTAB *stats_key_hash = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -283,60 +283,60 @@ stats_shmem_startup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	p = ShmemInitStruct("slidewin stats", add_size(stats_struct_size(), PG_CACHE_LINE_SIZE),
 						&found);
-	ss = (StatsShared *) p;
+	stats_shared = (StatsShared *) p;
 	p += MAXALIGN(sizeof(StatsShared));
-	slots_base = (char *) TYPEALIGN(PG_CACHE_LINE_SIZE, p);
-	p = slots_base + (process_slots() + 1) * slot_stride();
-	rules = (RuleEntry *) p;
+	stats_slots_base = (char *) TYPEALIGN(PG_CACHE_LINE_SIZE, p);
+	p = stats_slots_base + (process_slots() + 1) * slot_stride();
+	stats_rules = (RuleEntry *) p;
 	p += (slidewin_stats_max_rules + 1) * MAXALIGN(sizeof(RuleEntry));
-	keys = (KeyEntry *) p;
+	stats_keys = (KeyEntry *) p;
 	p += slidewin_track_keys * MAXALIGN(sizeof(KeyEntry));
-	key_filter = (pg_atomic_uint32 *) p;
+	stats_key_filter = (pg_atomic_uint32 *) p;
 	if (!found)
 	{
-		memset(ss, 0, sizeof(StatsShared));
-		ss->lock = &(GetNamedLWLockTranche("slidewin stats"))->lock;
-		pg_atomic_init_u64(&ss->reset_gen, 1);
-		pg_atomic_init_u64(&ss->keys_gen, 1);
-		ss->stats_reset = GetCurrentTimestamp();
-		ss->nslots = process_slots();
-		ss->slot_stride = slot_stride();
-		ss->max_rules = slidewin_stats_max_rules;
-		ss->max_keys = slidewin_track_keys;
-		for (int i = 0; i <= ss->nslots; i++)
+		memset(stats_shared, 0, sizeof(StatsShared));
+		stats_shared->lock = &(GetNamedLWLockTranche("slidewin stats"))->lock;
+		pg_atomic_init_u64(&stats_shared->reset_gen, 1);
+		pg_atomic_init_u64(&stats_shared->keys_gen, 1);
+		stats_shared->stats_reset = GetCurrentTimestamp();
+		stats_shared->nslots = process_slots();
+		stats_shared->slot_stride = slot_stride();
+		stats_shared->max_rules = slidewin_stats_max_rules;
+		stats_shared->max_keys = slidewin_track_keys;
+		for (int i = 0; i <= stats_shared->nslots; i++)
 		{
-			StatsSlot  *s = (StatsSlot *) (slots_base + i * ss->slot_stride);
+			StatsSlot  *s = (StatsSlot *) (stats_slots_base + i * stats_shared->slot_stride);
 
 			for (int c = 0; c < NCOUNTERS; c++)
 				pg_atomic_init_u64(&s->c[c], 0);
 			for (int b = 0; b < RTT_BUCKETS; b++)
 				pg_atomic_init_u64(&s->rtt[b], 0);
 		}
-		for (int i = 0; i <= ss->max_rules; i++)
+		for (int i = 0; i <= stats_shared->max_rules; i++)
 		{
-			memset(&rules[i], 0, sizeof(RuleEntry));
-			SpinLockInit(&rules[i].mutex);
+			memset(&stats_rules[i], 0, sizeof(RuleEntry));
+			SpinLockInit(&stats_rules[i].mutex);
 		}
-		rules[ss->max_rules].in_use = true; /* the overflow row */
-		for (int i = 0; i < ss->max_keys; i++)
+		stats_rules[stats_shared->max_rules].in_use = true; /* the overflow row */
+		for (int i = 0; i < stats_shared->max_keys; i++)
 		{
-			memset(&keys[i], 0, offsetof(KeyEntry, key));
-			SpinLockInit(&keys[i].mutex);
+			memset(&stats_keys[i], 0, offsetof(KeyEntry, key));
+			SpinLockInit(&stats_keys[i].mutex);
 		}
-		ss->filter_mask = filter_entries() - 1;
-		for (uint32 i = 0; i <= ss->filter_mask; i++)
-			pg_atomic_init_u32(&key_filter[i], 0);
+		stats_shared->filter_mask = filter_entries() - 1;
+		for (uint32 i = 0; i <= stats_shared->filter_mask; i++)
+			pg_atomic_init_u32(&stats_key_filter[i], 0);
 	}
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(RuleKey);
 	info.entrysize = sizeof(RuleHashEntry);
-	rule_hash = slidewin_shmem_init_hash("slidewin stats rules", Max(slidewin_stats_max_rules, 1),
+	stats_rule_hash = slidewin_shmem_init_hash("slidewin stats rules", Max(slidewin_stats_max_rules, 1),
 										 &info, HASH_ELEM | HASH_BLOBS);
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(uint64);
 	info.entrysize = sizeof(KeyHashEntry);
-	key_hash = slidewin_shmem_init_hash("slidewin stats keys", Max(slidewin_track_keys, 1),
+	stats_key_hash = slidewin_shmem_init_hash("slidewin stats keys", Max(slidewin_track_keys, 1),
 										&info, HASH_ELEM | HASH_BLOBS);
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -355,7 +355,7 @@ stats_init(void)
 static inline bool
 stats_on(void)
 {
-	return ss != NULL && slidewin_stats;
+	return stats_shared != NULL && slidewin_stats;
 }
 
 /* ---------------------------------------------------------------------
@@ -366,7 +366,7 @@ stats_on(void)
 static inline StatsSlot *
 slot_at(int i)
 {
-	return (StatsSlot *) (slots_base + i * ss->slot_stride);
+	return (StatsSlot *) (stats_slots_base + i * stats_shared->slot_stride);
 }
 
 /*
@@ -378,7 +378,7 @@ own_slot(void)
 {
 	int			procno = SLIDEWIN_MY_PROC_NUMBER();
 
-	if (procno >= 0 && procno < ss->nslots)
+	if (procno >= 0 && procno < stats_shared->nslots)
 		return slot_at(procno);
 	return NULL;
 }
@@ -397,7 +397,7 @@ bump(Counter c, uint64 n)
 {
 	StatsSlot  *s = own_slot();
 
-	add_to(s ? &s->c[c] : NULL, &slot_at(ss->nslots)->c[c], n);
+	add_to(s ? &s->c[c] : NULL, &slot_at(stats_shared->nslots)->c[c], n);
 }
 
 static int
@@ -432,7 +432,7 @@ stats_redis_rtt(int64 us)
 		return;
 	s = own_slot();
 	b = rtt_bucket(us);
-	add_to(s ? &s->rtt[b] : NULL, &slot_at(ss->nslots)->rtt[b], 1);
+	add_to(s ? &s->rtt[b] : NULL, &slot_at(stats_shared->nslots)->rtt[b], 1);
 }
 
 void
@@ -511,25 +511,25 @@ rule_lookup(const RuleKey *key)
 	bool		found;
 	int			index;
 
-	LWLockAcquire(ss->lock, LW_SHARED);
-	h = hash_search(rule_hash, key, HASH_FIND, NULL);
+	LWLockAcquire(stats_shared->lock, LW_SHARED);
+	h = hash_search(stats_rule_hash, key, HASH_FIND, NULL);
 	index = h ? h->index : -1;
-	LWLockRelease(ss->lock);
+	LWLockRelease(stats_shared->lock);
 	if (index >= 0)
 		return index;
 
-	LWLockAcquire(ss->lock, LW_EXCLUSIVE);
-	h = hash_search(rule_hash, key, HASH_FIND, NULL);
+	LWLockAcquire(stats_shared->lock, LW_EXCLUSIVE);
+	h = hash_search(stats_rule_hash, key, HASH_FIND, NULL);
 	if (h)
 		index = h->index;
-	else if (ss->rules_used < ss->max_rules &&
-			 (h = hash_search(rule_hash, key, HASH_ENTER_NULL, &found)) != NULL)
+	else if (stats_shared->rules_used < stats_shared->max_rules &&
+			 (h = hash_search(stats_rule_hash, key, HASH_ENTER_NULL, &found)) != NULL)
 	{
 		RuleEntry  *e;
 
-		index = ss->rules_used++;
+		index = stats_shared->rules_used++;
 		h->index = index;
-		e = &rules[index];
+		e = &stats_rules[index];
 		SpinLockAcquire(&e->mutex);
 		e->in_use = true;
 		e->key = *key;
@@ -538,8 +538,8 @@ rule_lookup(const RuleKey *key)
 		SpinLockRelease(&e->mutex);
 	}
 	else
-		index = ss->max_rules;
-	LWLockRelease(ss->lock);
+		index = stats_shared->max_rules;
+	LWLockRelease(stats_shared->lock);
 	return index;
 }
 
@@ -552,7 +552,7 @@ count_rule_key(const RuleKey *rkey, bool admitted, int64 units, bool near, bool 
 {
 	RuleKey		key = *rkey;
 	RuleCacheEntry *lc;
-	uint64		gen = pg_atomic_read_u64(&ss->reset_gen);
+	uint64		gen = pg_atomic_read_u64(&stats_shared->reset_gen);
 
 	if (!rule_cache_ready)
 	{
@@ -579,10 +579,10 @@ count_rule_key(const RuleKey *rkey, bool admitted, int64 units, bool near, bool 
 		}
 		/* After a second miss (a reset in between) the overflow row takes it. */
 		if (attempt > 0)
-			index = ss->max_rules;
-		e = &rules[index];
+			index = stats_shared->max_rules;
+		e = &stats_rules[index];
 		SpinLockAcquire(&e->mutex);
-		if (index == ss->max_rules ||
+		if (index == stats_shared->max_rules ||
 			(e->in_use && memcmp(&e->key, &key, sizeof(key)) == 0))
 		{
 			e->calls++;
@@ -603,7 +603,7 @@ count_rule_key(const RuleKey *rkey, bool admitted, int64 units, bool near, bool 
 		if (counted)
 			return;
 		lc->index = -1;
-		gen = pg_atomic_read_u64(&ss->reset_gen);
+		gen = pg_atomic_read_u64(&stats_shared->reset_gen);
 	}
 }
 
@@ -688,7 +688,7 @@ key_add(KeyEntry *e, const RlArgs *args, const RlOutcome *o, TimestampTz now)
 static bool
 key_try(int i, uint64 hash, const RlArgs *args, const RlOutcome *o, TimestampTz now)
 {
-	KeyEntry   *e = &keys[i];
+	KeyEntry   *e = &stats_keys[i];
 	bool		ok;
 
 	SpinLockAcquire(&e->mutex);
@@ -712,33 +712,33 @@ key_track(uint64 hash, const RlArgs *args, const RlOutcome *o, TimestampTz now)
 	int64		least = 0;
 	bool		found;
 
-	if (ss->keys_used < ss->max_keys)
-		victim = ss->keys_used++;
+	if (stats_shared->keys_used < stats_shared->max_keys)
+		victim = stats_shared->keys_used++;
 	else
 	{
 		victim = 0;
-		for (int i = 0; i < ss->max_keys; i++)
+		for (int i = 0; i < stats_shared->max_keys; i++)
 		{
 			int64		d;
 
-			SpinLockAcquire(&keys[i].mutex);
-			d = keys[i].denied;
-			SpinLockRelease(&keys[i].mutex);
+			SpinLockAcquire(&stats_keys[i].mutex);
+			d = stats_keys[i].denied;
+			SpinLockRelease(&stats_keys[i].mutex);
 			if (i == 0 || d < least)
 			{
 				least = d;
 				victim = i;
 			}
 		}
-		hash_search(key_hash, &keys[victim].hash, HASH_REMOVE, NULL);
-		pg_atomic_fetch_sub_u32(&key_filter[keys[victim].hash & ss->filter_mask], 1);
+		hash_search(stats_key_hash, &stats_keys[victim].hash, HASH_REMOVE, NULL);
+		pg_atomic_fetch_sub_u32(&stats_key_filter[stats_keys[victim].hash & stats_shared->filter_mask], 1);
 	}
-	h = hash_search(key_hash, &hash, HASH_ENTER_NULL, &found);
+	h = hash_search(stats_key_hash, &hash, HASH_ENTER_NULL, &found);
 	if (h == NULL)
 		return -1;				/* cannot happen: one out, one in */
 	h->index = victim;
-	pg_atomic_fetch_add_u32(&key_filter[hash & ss->filter_mask], 1);
-	e = &keys[victim];
+	pg_atomic_fetch_add_u32(&stats_key_filter[hash & stats_shared->filter_mask], 1);
+	e = &stats_keys[victim];
 	SpinLockAcquire(&e->mutex);
 	e->hash = hash;
 	e->keylen = args->keylen;
@@ -748,7 +748,7 @@ key_track(uint64 hash, const RlArgs *args, const RlOutcome *o, TimestampTz now)
 	e->admitted = 0;
 	key_add(e, args, o, now);
 	SpinLockRelease(&e->mutex);
-	pg_atomic_fetch_add_u64(&ss->keys_gen, 1);
+	pg_atomic_fetch_add_u64(&stats_shared->keys_gen, 1);
 	return victim;
 }
 
@@ -766,7 +766,7 @@ count_key(const RlArgs *args, const RlOutcome *o)
 	if (hash == 0)
 		hash = 1;
 	/* No tracked key in the bucket: an admission has nothing to count. */
-	if (o->allowed && pg_atomic_read_u32(&key_filter[hash & ss->filter_mask]) == 0)
+	if (o->allowed && pg_atomic_read_u32(&stats_key_filter[hash & stats_shared->filter_mask]) == 0)
 		return;
 	lc = &key_cache[hash % KEY_CACHE];
 	if (lc->hash == hash)
@@ -774,29 +774,29 @@ count_key(const RlArgs *args, const RlOutcome *o)
 		if (lc->index >= 0 && key_try(lc->index, hash, args, o, now))
 			return;
 		/* Known untracked, and no key has been tracked since. */
-		if (lc->index < 0 && o->allowed && lc->gen == pg_atomic_read_u64(&ss->keys_gen))
+		if (lc->index < 0 && o->allowed && lc->gen == pg_atomic_read_u64(&stats_shared->keys_gen))
 			return;
 	}
 
-	gen = pg_atomic_read_u64(&ss->keys_gen);
-	LWLockAcquire(ss->lock, LW_SHARED);
-	h = hash_search(key_hash, &hash, HASH_FIND, NULL);
+	gen = pg_atomic_read_u64(&stats_shared->keys_gen);
+	LWLockAcquire(stats_shared->lock, LW_SHARED);
+	h = hash_search(stats_key_hash, &hash, HASH_FIND, NULL);
 	found = h != NULL;
 	index = h ? h->index : -1;
 	if (index >= 0 && !key_try(index, hash, args, o, now))
 		index = -1;				/* another key with the same 64-bit hash */
-	LWLockRelease(ss->lock);
+	LWLockRelease(stats_shared->lock);
 
 	/* A denied key that is not tracked: track it (exclusive). */
 	if (!found && !o->allowed)
 	{
-		LWLockAcquire(ss->lock, LW_EXCLUSIVE);
-		h = hash_search(key_hash, &hash, HASH_FIND, NULL);
+		LWLockAcquire(stats_shared->lock, LW_EXCLUSIVE);
+		h = hash_search(stats_key_hash, &hash, HASH_FIND, NULL);
 		if (h == NULL)
 			index = key_track(hash, args, o, now);
 		else if (key_try(h->index, hash, args, o, now))
 			index = h->index;
-		LWLockRelease(ss->lock);
+		LWLockRelease(stats_shared->lock);
 	}
 	lc->hash = hash;
 	lc->index = index;
@@ -833,7 +833,7 @@ stats_count_call(const RlArgs *args, const RlOutcome *o, StatsSource source)
 	bump(C_CALLS, 1);
 	count_rule(args, o);
 	/* A key is limited by a store; the deny policy's answers are outages. */
-	if (ss->max_keys > 0 && source != STATS_POLICY)
+	if (stats_shared->max_keys > 0 && source != STATS_POLICY)
 		count_key(args, o);
 }
 
@@ -845,7 +845,7 @@ stats_count_call(const RlArgs *args, const RlOutcome *o, StatsSource source)
 static void
 require_shared(void)
 {
-	if (ss == NULL)
+	if (stats_shared == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("slidewin statistics need the library to be preloaded"),
@@ -888,8 +888,8 @@ read_counters(uint64 *sum, uint64 *hist, uint64 *n, TimestampTz *reset)
 	memset(sum, 0, NCOUNTERS * sizeof(uint64));
 	memset(hist, 0, RTT_BUCKETS * sizeof(uint64));
 	*n = 0;
-	LWLockAcquire(ss->lock, LW_SHARED);
-	for (int i = 0; i <= ss->nslots; i++)
+	LWLockAcquire(stats_shared->lock, LW_SHARED);
+	for (int i = 0; i <= stats_shared->nslots; i++)
 	{
 		StatsSlot  *s = slot_at(i);
 
@@ -899,14 +899,14 @@ read_counters(uint64 *sum, uint64 *hist, uint64 *n, TimestampTz *reset)
 			hist[b] += pg_atomic_read_u64(&s->rtt[b]);
 	}
 	for (int c = 0; c < NCOUNTERS; c++)
-		sum[c] -= ss->base[c];
+		sum[c] -= stats_shared->base[c];
 	for (int b = 0; b < RTT_BUCKETS; b++)
 	{
-		hist[b] -= ss->base_rtt[b];
+		hist[b] -= stats_shared->base_rtt[b];
 		*n += hist[b];
 	}
-	*reset = ss->stats_reset;
-	LWLockRelease(ss->lock);
+	*reset = stats_shared->stats_reset;
+	LWLockRelease(stats_shared->lock);
 }
 
 /* rl_stats(): the rate limits' counters, round trips and the reset time. */
@@ -991,22 +991,22 @@ slidewin_stats_rules(PG_FUNCTION_ARGS)
 	require_shared();
 	InitMaterializedSRF(fcinfo, 0);
 
-	LWLockAcquire(ss->lock, LW_SHARED);
-	used = ss->rules_used;
-	for (int i = 0; i <= ss->max_rules; i++)
+	LWLockAcquire(stats_shared->lock, LW_SHARED);
+	used = stats_shared->rules_used;
+	for (int i = 0; i <= stats_shared->max_rules; i++)
 	{
 		RuleEntry	copy;
 		Datum		values[9];
 		bool		nulls[9] = {0};
 
-		if (i >= used && i != ss->max_rules)
+		if (i >= used && i != stats_shared->max_rules)
 			continue;
-		SpinLockAcquire(&rules[i].mutex);
-		copy = rules[i];
-		SpinLockRelease(&rules[i].mutex);
-		if (!copy.in_use || (i == ss->max_rules && copy.calls == 0))
+		SpinLockAcquire(&stats_rules[i].mutex);
+		copy = stats_rules[i];
+		SpinLockRelease(&stats_rules[i].mutex);
+		if (!copy.in_use || (i == stats_shared->max_rules && copy.calls == 0))
 			continue;
-		if (i == ss->max_rules)
+		if (i == stats_shared->max_rules)
 			nulls[0] = nulls[1] = nulls[2] = true;
 		else
 		{
@@ -1023,7 +1023,7 @@ slidewin_stats_rules(PG_FUNCTION_ARGS)
 		values[8] = Int64GetDatum(copy.shadow_denials);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	LWLockRelease(ss->lock);
+	LWLockRelease(stats_shared->lock);
 	return (Datum) 0;
 }
 
@@ -1038,10 +1038,10 @@ slidewin_top_keys(PG_FUNCTION_ARGS)
 	require_shared();
 	InitMaterializedSRF(fcinfo, 0);
 
-	LWLockAcquire(ss->lock, LW_SHARED);
-	for (int i = 0; i < ss->keys_used; i++)
+	LWLockAcquire(stats_shared->lock, LW_SHARED);
+	for (int i = 0; i < stats_shared->keys_used; i++)
 	{
-		KeyEntry   *e = &keys[i];
+		KeyEntry   *e = &stats_keys[i];
 		Datum		values[6];
 		bool		nulls[6] = {0};
 		int			len;
@@ -1077,7 +1077,7 @@ slidewin_top_keys(PG_FUNCTION_ARGS)
 		values[5] = Int64GetDatum(error);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	LWLockRelease(ss->lock);
+	LWLockRelease(stats_shared->lock);
 	return (Datum) 0;
 }
 
@@ -1089,53 +1089,53 @@ slidewin_stats_reset(PG_FUNCTION_ARGS)
 	void	   *h;
 
 	require_shared();
-	LWLockAcquire(ss->lock, LW_EXCLUSIVE);
-	memset(ss->base, 0, sizeof(ss->base));
-	memset(ss->base_rtt, 0, sizeof(ss->base_rtt));
-	for (int i = 0; i <= ss->nslots; i++)
+	LWLockAcquire(stats_shared->lock, LW_EXCLUSIVE);
+	memset(stats_shared->base, 0, sizeof(stats_shared->base));
+	memset(stats_shared->base_rtt, 0, sizeof(stats_shared->base_rtt));
+	for (int i = 0; i <= stats_shared->nslots; i++)
 	{
 		StatsSlot  *s = slot_at(i);
 
 		for (int c = 0; c < NCOUNTERS; c++)
-			ss->base[c] += pg_atomic_read_u64(&s->c[c]);
+			stats_shared->base[c] += pg_atomic_read_u64(&s->c[c]);
 		for (int b = 0; b < RTT_BUCKETS; b++)
-			ss->base_rtt[b] += pg_atomic_read_u64(&s->rtt[b]);
+			stats_shared->base_rtt[b] += pg_atomic_read_u64(&s->rtt[b]);
 	}
 
-	hash_seq_init(&seq, rule_hash);
+	hash_seq_init(&seq, stats_rule_hash);
 	while ((h = hash_seq_search(&seq)) != NULL)
-		hash_search(rule_hash, h, HASH_REMOVE, NULL);
-	for (int i = 0; i <= ss->max_rules; i++)
+		hash_search(stats_rule_hash, h, HASH_REMOVE, NULL);
+	for (int i = 0; i <= stats_shared->max_rules; i++)
 	{
-		RuleEntry  *e = &rules[i];
+		RuleEntry  *e = &stats_rules[i];
 
 		SpinLockAcquire(&e->mutex);
-		e->in_use = (i == ss->max_rules);
+		e->in_use = (i == stats_shared->max_rules);
 		e->calls = e->admitted = e->denied = 0;
 		e->units_admitted = e->near_limit = e->shadow_denials = 0;
 		SpinLockRelease(&e->mutex);
 	}
-	ss->rules_used = 0;
+	stats_shared->rules_used = 0;
 
-	hash_seq_init(&seq, key_hash);
+	hash_seq_init(&seq, stats_key_hash);
 	while ((h = hash_seq_search(&seq)) != NULL)
-		hash_search(key_hash, h, HASH_REMOVE, NULL);
-	for (int i = 0; i < ss->max_keys; i++)
+		hash_search(stats_key_hash, h, HASH_REMOVE, NULL);
+	for (int i = 0; i < stats_shared->max_keys; i++)
 	{
-		KeyEntry   *e = &keys[i];
+		KeyEntry   *e = &stats_keys[i];
 
 		SpinLockAcquire(&e->mutex);
 		e->hash = 0;
 		e->denied = e->error = e->admitted = 0;
 		SpinLockRelease(&e->mutex);
 	}
-	ss->keys_used = 0;
-	for (uint32 i = 0; i <= ss->filter_mask; i++)
-		pg_atomic_write_u32(&key_filter[i], 0);
+	stats_shared->keys_used = 0;
+	for (uint32 i = 0; i <= stats_shared->filter_mask; i++)
+		pg_atomic_write_u32(&stats_key_filter[i], 0);
 
-	pg_atomic_fetch_add_u64(&ss->reset_gen, 1);
-	pg_atomic_fetch_add_u64(&ss->keys_gen, 1);
-	ss->stats_reset = GetCurrentTimestamp();
-	LWLockRelease(ss->lock);
+	pg_atomic_fetch_add_u64(&stats_shared->reset_gen, 1);
+	pg_atomic_fetch_add_u64(&stats_shared->keys_gen, 1);
+	stats_shared->stats_reset = GetCurrentTimestamp();
+	LWLockRelease(stats_shared->lock);
 	PG_RETURN_VOID();
 }
