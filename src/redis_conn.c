@@ -74,11 +74,11 @@ typedef struct RedisConn
 
 /*
  * One link per server: a single one for a single server or Sentinel, one
- * per node under Redis Cluster. `cur` is the one the functions below act
+ * per node under Redis Cluster. `redis_cur` is the one the functions below act
  * on; redis_route.c selects it.
  */
 static RedisConn links[REDIS_MAX_LINKS + 1];	/* + REDIS_PROBE_LINK */
-static RedisConn *cur = &links[0];
+static RedisConn *redis_cur = &links[0];
 static uint64 connections_opened = 0;
 
 /* Where to connect; copied from the GUC's parsed value by its assign hook. */
@@ -107,23 +107,23 @@ mono_us(void)
 void
 redis_link_close(void)
 {
-	if (cur->ssl)
+	if (redis_cur->ssl)
 	{
-		tls_close(cur->ssl);
-		cur->ssl = NULL;
+		tls_close(redis_cur->ssl);
+		redis_cur->ssl = NULL;
 	}
-	if (cur->wes)
+	if (redis_cur->wes)
 	{
-		FreeWaitEventSet(cur->wes);
-		cur->wes = NULL;
+		FreeWaitEventSet(redis_cur->wes);
+		redis_cur->wes = NULL;
 	}
-	if (cur->ctx)
+	if (redis_cur->ctx)
 	{
-		redisFree(cur->ctx);
-		cur->ctx = NULL;
+		redisFree(redis_cur->ctx);
+		redis_cur->ctx = NULL;
 	}
-	cur->mid_exchange = false;
-	cur->peer[0] = '\0';
+	redis_cur->mid_exchange = false;
+	redis_cur->peer[0] = '\0';
 }
 
 /* Close the current link and give its fd slot back. */
@@ -131,14 +131,14 @@ void
 redis_link_drop(void)
 {
 	redis_link_close();
-	if (cur->fd_reserved)
+	if (redis_cur->fd_reserved)
 	{
 		ReleaseExternalFD();
-		cur->fd_reserved = false;
+		redis_cur->fd_reserved = false;
 	}
-	cur->mid_exchange = false;
-	cur->pipelined = 0;
-	cur->id = 0;
+	redis_cur->mid_exchange = false;
+	redis_cur->pipelined = 0;
+	redis_cur->id = 0;
 }
 
 /* Close every link; the first is current again. */
@@ -147,32 +147,32 @@ redis_disconnect(void)
 {
 	for (int i = 0; i <= REDIS_PROBE_LINK; i++)
 	{
-		cur = &links[i];
+		redis_cur = &links[i];
 		redis_link_drop();
 	}
-	cur = &links[0];
+	redis_cur = &links[0];
 }
 
 void
 redis_link_select(int i)
 {
 	Assert(i >= 0 && i <= REDIS_PROBE_LINK);
-	cur = &links[i];
+	redis_cur = &links[i];
 }
 
 int
 redis_link_current(void)
 {
-	return (int) (cur - links);
+	return (int) (redis_cur - links);
 }
 
 void
 redis_link_state(RedisLinkState *state)
 {
-	state->reached = cur->reached;
-	state->tls = cur->ssl != NULL;
-	state->version = cur->version;
-	state->role = cur->role;
+	state->reached = redis_cur->reached;
+	state->tls = redis_cur->ssl != NULL;
+	state->version = redis_cur->version;
+	state->role = redis_cur->role;
 }
 
 void
@@ -184,12 +184,12 @@ redis_select_link(int i)
 /* Wait until the socket is ready for `events`, the deadline passes, or an
  * interrupt is raised (which ERRORs out of here through CHECK_FOR_INTERRUPTS). */
 static WaitOutcome
-wait_socket(uint32 events, TimestampTz deadline)
+redis_wait_socket(uint32 events, TimestampTz deadline)
 {
-	if (cur->sock_events != events)
+	if (redis_cur->sock_events != events)
 	{
-		ModifyWaitEvent(cur->wes, cur->sock_pos, events, NULL);
-		cur->sock_events = events;
+		ModifyWaitEvent(redis_cur->wes, redis_cur->sock_pos, events, NULL);
+		redis_cur->sock_events = events;
 	}
 
 	for (;;)
@@ -202,7 +202,7 @@ wait_socket(uint32 events, TimestampTz deadline)
 		if (timeout <= 0)
 			return WAIT_TIMEOUT;
 
-		n = WaitEventSetWait(cur->wes, timeout, &ev, 1, PG_WAIT_EXTENSION);
+		n = WaitEventSetWait(redis_cur->wes, timeout, &ev, 1, PG_WAIT_EXTENSION);
 		if (n == 0)
 			continue;			/* loop re-checks the deadline */
 		if (ev.events & WL_LATCH_SET)
@@ -239,14 +239,14 @@ would_block(int e)
 static int
 conn_send(int *wait, char *err, size_t errsize)
 {
-	redisContext *c = cur->ctx;
+	redisContext *c = redis_cur->ctx;
 
 	while (sdslen(c->obuf) > 0)
 	{
 		ssize_t		n;
 
-		if (cur->ssl)
-			n = tls_write(cur->ssl, c->obuf, sdslen(c->obuf), wait, err, errsize);
+		if (redis_cur->ssl)
+			n = tls_write(redis_cur->ssl, c->obuf, sdslen(c->obuf), wait, err, errsize);
 		else
 		{
 			n = write(c->fd, c->obuf, sdslen(c->obuf));
@@ -276,11 +276,11 @@ conn_recv(int *wait, char *err, size_t errsize)
 	char		buf[READ_CHUNK];
 	ssize_t		n;
 
-	if (cur->ssl)
-		n = tls_read(cur->ssl, buf, sizeof(buf), wait, err, errsize);
+	if (redis_cur->ssl)
+		n = tls_read(redis_cur->ssl, buf, sizeof(buf), wait, err, errsize);
 	else
 	{
-		n = read(cur->ctx->fd, buf, sizeof(buf));
+		n = read(redis_cur->ctx->fd, buf, sizeof(buf));
 		if (n == 0)
 		{
 			snprintf(err, errsize, "the server closed the connection");
@@ -297,9 +297,9 @@ conn_recv(int *wait, char *err, size_t errsize)
 			return -1;
 		}
 	}
-	if (n > 0 && redisReaderFeed(cur->ctx->reader, buf, n) != REDIS_OK)
+	if (n > 0 && redisReaderFeed(redis_cur->ctx->reader, buf, n) != REDIS_OK)
 	{
-		snprintf(err, errsize, "%s", cur->ctx->reader->errstr);
+		snprintf(err, errsize, "%s", redis_cur->ctx->reader->errstr);
 		return -1;
 	}
 	return n;
@@ -314,7 +314,7 @@ conn_recv(int *wait, char *err, size_t errsize)
 static bool
 conn_pending(void)
 {
-	return cur->ssl != NULL && tls_pending(cur->ssl);
+	return redis_cur->ssl != NULL && tls_pending(redis_cur->ssl);
 }
 
 /*
@@ -326,7 +326,7 @@ RedisStatus
 redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 		 TimestampTz deadline, RedisResult *result)
 {
-	redisContext *c = cur->ctx;
+	redisContext *c = redis_cur->ctx;
 	void	   *reply = NULL;
 	int			done = 0;
 	size_t		received = 0;
@@ -335,14 +335,14 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 	int			wait_for = WL_SOCKET_READABLE;
 	int64		sent_at;
 
-	if (cur->pipelined > 0)
+	if (redis_cur->pipelined > 0)
 	{
 		/* The next reply belongs to a pipelined command: not ours to read. */
 		redis_link_message(result, RS_FAIL_IO, "replies to pipelined commands are still owed", NULL);
 		return RS_FAIL_IO;
 	}
 	result->cause = RC_NONE;
-	cur->mid_exchange = true;
+	redis_cur->mid_exchange = true;
 	sent_at = mono_us();
 	if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK)
 	{
@@ -362,7 +362,7 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 		}
 		if (done)
 			break;
-		if (wait_socket(wait, deadline) == WAIT_TIMEOUT)
+		if (redis_wait_socket(wait, deadline) == WAIT_TIMEOUT)
 		{
 			redis_link_message(result, RS_FAIL_TIMEOUT, "timed out sending to Redis", NULL);
 			return RS_FAIL_TIMEOUT;
@@ -405,7 +405,7 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 						"oversized reply from Redis", detail);
 			return RS_FAIL_PROTOCOL;
 		}
-		if (!conn_pending() && wait_socket(wait_for, deadline) == WAIT_TIMEOUT)
+		if (!conn_pending() && redis_wait_socket(wait_for, deadline) == WAIT_TIMEOUT)
 		{
 			redis_link_message(result, RS_FAIL_TIMEOUT, "timed out waiting for Redis", NULL);
 			return RS_FAIL_TIMEOUT;
@@ -421,7 +421,7 @@ redis_link_exchange(int argc, const char **argv, const size_t *argvlen,
 		received += n;
 	}
 
-	cur->mid_exchange = false;
+	redis_cur->mid_exchange = false;
 	stats_redis_rtt(mono_us() - sent_at);
 	result->reply = (redisReply *) reply;
 	if (result->reply->type == REDIS_REPLY_ERROR)
@@ -714,18 +714,18 @@ resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
 static bool
 tls_start(const char *name, TimestampTz deadline, char *err, size_t errsize)
 {
-	cur->ssl = tls_open(cur->ctx->fd, name, err, errsize);
-	if (cur->ssl == NULL)
+	redis_cur->ssl = tls_open(redis_cur->ctx->fd, name, err, errsize);
+	if (redis_cur->ssl == NULL)
 		return false;
 	for (;;)
 	{
-		int			rc = tls_handshake(cur->ssl, err, errsize);
+		int			rc = tls_handshake(redis_cur->ssl, err, errsize);
 
 		if (rc == 0)
 			return true;
 		if (rc < 0)
 			return false;
-		if (wait_socket(rc, deadline) == WAIT_TIMEOUT)
+		if (redis_wait_socket(rc, deadline) == WAIT_TIMEOUT)
 		{
 			snprintf(err, errsize,
 					 "The TLS handshake timed out (slidewin.connect_timeout).");
@@ -745,14 +745,14 @@ redis_link_open_socket(const char *addr, int port, const char *name, TimestampTz
 	RedisCause	cause = RC_NONE;
 
 	result->cause = RC_NONE;
-	cur->reached = false;
-	cur->version[0] = '\0';
-	cur->role[0] = '\0';
-	cur->ctx = port == 0 ? redisConnectUnixNonBlock(addr) : redisConnectNonBlock(addr, port);
-	if (cur->ctx == NULL || cur->ctx->err)
+	redis_cur->reached = false;
+	redis_cur->version[0] = '\0';
+	redis_cur->role[0] = '\0';
+	redis_cur->ctx = port == 0 ? redisConnectUnixNonBlock(addr) : redisConnectNonBlock(addr, port);
+	if (redis_cur->ctx == NULL || redis_cur->ctx->err)
 	{
 		redis_link_message(result, RS_FAIL_CONNECT, "could not connect to Redis",
-					cur->ctx ? cur->ctx->errstr : "out of memory");
+					redis_cur->ctx ? redis_cur->ctx->errstr : "out of memory");
 		goto fail;
 	}
 
@@ -768,27 +768,27 @@ redis_link_open_socket(const char *addr, int port, const char *name, TimestampTz
 		goto fail;
 	}
 	ReleaseExternalFD();
-	cur->wes = slidewin_create_wait_event_set(3);
-	AddWaitEventToSet(cur->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	redis_cur->wes = slidewin_create_wait_event_set(3);
+	AddWaitEventToSet(redis_cur->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	/* As WaitLatchOrSocket does: a single-user backend has no postmaster. */
 	if (IsUnderPostmaster)
-		AddWaitEventToSet(cur->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	cur->sock_pos = AddWaitEventToSet(cur->wes, WL_SOCKET_WRITEABLE,
-									  cur->ctx->fd, NULL, NULL);
-	cur->sock_events = WL_SOCKET_WRITEABLE;
+		AddWaitEventToSet(redis_cur->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	redis_cur->sock_pos = AddWaitEventToSet(redis_cur->wes, WL_SOCKET_WRITEABLE,
+									  redis_cur->ctx->fd, NULL, NULL);
+	redis_cur->sock_events = WL_SOCKET_WRITEABLE;
 
-	if (wait_socket(WL_SOCKET_WRITEABLE, deadline) == WAIT_TIMEOUT)
+	if (redis_wait_socket(WL_SOCKET_WRITEABLE, deadline) == WAIT_TIMEOUT)
 		why = "The connection attempt timed out (slidewin.connect_timeout).";
-	else if (getsockopt(cur->ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
+	else if (getsockopt(redis_cur->ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0)
 		why = strerror(soerr ? soerr : errno);
 	else
 	{
-		cur->reached = true;
+		redis_cur->reached = true;
 		if (redis_target.tls && !tls_start(name, deadline, tlserr, sizeof(tlserr)))
 		{
 			why = tlserr;
 			/* no session: the context (CA bundle, client pair) is unusable */
-			if (cur->ssl == NULL || tls_verify_refused(cur->ssl))
+			if (redis_cur->ssl == NULL || tls_verify_refused(redis_cur->ssl))
 				cause = RC_TLS;
 		}
 	}
@@ -851,8 +851,8 @@ hello(RedisResult *result, bool enforce)
 	}
 	if (!redis_hello_version(r, &major, &minor, found, sizeof(found)))
 		major = -1;
-	strlcpy(cur->version, found, sizeof(cur->version));
-	(void) redis_hello_field(r, "role", cur->role, sizeof(cur->role));
+	strlcpy(redis_cur->version, found, sizeof(redis_cur->version));
+	(void) redis_hello_field(r, "role", redis_cur->role, sizeof(redis_cur->role));
 	freeReplyObject(r);
 	if (!enforce)
 		return true;
@@ -893,7 +893,7 @@ redis_link_open_server(const char *host, int port, const char *role, TimestampTz
 	bool		connected = false;
 	struct addrinfo *addrs;
 
-	snprintf(cur->peer, sizeof(cur->peer), "%s%s:%d", role, host, port);
+	snprintf(redis_cur->peer, sizeof(redis_cur->peer), "%s%s:%d", role, host, port);
 	addrs = resolve_host(host, deadline, result);
 
 	for (struct addrinfo *ai = addrs; ai != NULL && !connected; ai = ai->ai_next)
@@ -988,9 +988,9 @@ redis_link_message(RedisResult *result, RedisStatus status, const char *what,
 	char		addr[300];
 
 	result->status = status;
-	if (status != RS_FAIL_REPLY && cur->peer[0])
+	if (status != RS_FAIL_REPLY && redis_cur->peer[0])
 	{
-		snprintf(addr, sizeof(addr), " at %s", cur->peer);
+		snprintf(addr, sizeof(addr), " at %s", redis_cur->peer);
 		where = addr;
 	}
 	else if (status != RS_FAIL_REPLY && redis_target_set && redis_target.nsentinels == 0)
@@ -1014,13 +1014,13 @@ redis_link_message(RedisResult *result, RedisStatus status, const char *what,
 bool
 redis_link_is_open(void)
 {
-	return cur->ctx != NULL;
+	return redis_cur->ctx != NULL;
 }
 
 bool
 redis_link_reserve_fd(RedisResult *result)
 {
-	if (cur->fd_reserved)
+	if (redis_cur->fd_reserved)
 		return true;
 	if (!AcquireExternalFD())
 	{
@@ -1028,17 +1028,17 @@ redis_link_reserve_fd(RedisResult *result)
 						   "This backend has no file descriptor to spare.");
 		return false;
 	}
-	cur->fd_reserved = true;
+	redis_cur->fd_reserved = true;
 	return true;
 }
 
 void
 redis_link_opened(void)
 {
-	cur->id = ++connections_opened;
-	if (cur->was_open)
+	redis_cur->id = ++connections_opened;
+	if (redis_cur->was_open)
 		stats_reconnect();
-	cur->was_open = true;
+	redis_cur->was_open = true;
 }
 
 /* ---------------------------------------------------------------------
@@ -1058,22 +1058,22 @@ redis_link_opened(void)
 uint64
 redis_connection_id(void)
 {
-	return cur->ctx ? cur->id : 0;
+	return redis_cur->ctx ? redis_cur->id : 0;
 }
 
 
 int
 redis_pipelined(void)
 {
-	return cur->ctx ? cur->pipelined : 0;
+	return redis_cur->ctx ? redis_cur->pipelined : 0;
 }
 
 bool
 redis_pipeline_ready(void)
 {
-	if (cur->ctx == NULL)
+	if (redis_cur->ctx == NULL)
 		return false;
-	if (cur->mid_exchange || cur->ctx->err)
+	if (redis_cur->mid_exchange || redis_cur->ctx->err)
 	{
 		/*
 		 * Left in the middle of an exchange by an interrupt that never
@@ -1091,12 +1091,12 @@ redis_pipeline_append(int argc, const char **argv, const size_t *argvlen)
 {
 	if (!redis_pipeline_ready())
 		return false;
-	if (redisAppendCommandArgv(cur->ctx, argc, argv, argvlen) != REDIS_OK)
+	if (redisAppendCommandArgv(redis_cur->ctx, argc, argv, argvlen) != REDIS_OK)
 	{
 		redis_disconnect();
 		return false;
 	}
-	cur->pipelined++;
+	redis_cur->pipelined++;
 	return true;
 }
 
@@ -1123,7 +1123,7 @@ poll_socket(short events, TimestampTz deadline)
 		int			timeout = Max(ms_left(deadline), 0);
 		int			rc;
 
-		p.fd = cur->ctx->fd;
+		p.fd = redis_cur->ctx->fd;
 		p.events = events;
 		p.revents = 0;
 		rc = poll(&p, 1, timeout);
@@ -1163,7 +1163,7 @@ redis_pipeline_push(int budget_ms)
 RedisStatus
 redis_pipeline_write(RedisResult *result)
 {
-	if (cur->ctx == NULL)
+	if (redis_cur->ctx == NULL)
 	{
 		redis_link_message(result, RS_FAIL_IO, "lost the connection to Redis", NULL);
 		return RS_FAIL_IO;
@@ -1186,7 +1186,7 @@ redis_pipeline_write(RedisResult *result)
 		 * The deadline restarts whenever Redis takes bytes: a Redis that is
 		 * working through a long pipeline is slow, not gone.
 		 */
-		if (wait_socket(wait,
+		if (redis_wait_socket(wait,
 						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													slidewin_command_timeout)) == WAIT_TIMEOUT)
 		{
@@ -1210,16 +1210,16 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 	char		ioerr[256];
 
 	*reply = NULL;
-	if (cur->ctx == NULL || cur->pipelined <= 0)
+	if (redis_cur->ctx == NULL || redis_cur->pipelined <= 0)
 	{
 		redis_link_message(result, RS_FAIL_IO, "no reply is owed", NULL);
 		return RS_FAIL_IO;
 	}
 	for (;;)
 	{
-		if (redisGetReplyFromReader(cur->ctx, &r) != REDIS_OK)
+		if (redisGetReplyFromReader(redis_cur->ctx, &r) != REDIS_OK)
 		{
-			redis_link_message(result, RS_FAIL_IO, "could not parse the Redis reply", cur->ctx->errstr);
+			redis_link_message(result, RS_FAIL_IO, "could not parse the Redis reply", redis_cur->ctx->errstr);
 			return RS_FAIL_IO;
 		}
 		if (r != NULL)
@@ -1234,7 +1234,7 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 			 * Commands pushed only in part go on out while we wait, so that
 			 * the replies to the rest can come too.
 			 */
-			if (sdslen(cur->ctx->obuf) > 0)
+			if (sdslen(redis_cur->ctx->obuf) > 0)
 			{
 				int			w = WL_SOCKET_WRITEABLE;
 				int			done = conn_send(&w, ioerr, sizeof(ioerr));
@@ -1253,7 +1253,7 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 				return RS_FAIL_TIMEOUT;
 			}
 		}
-		else if (wait_socket(wait_for,
+		else if (redis_wait_socket(wait_for,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														 slidewin_command_timeout)) == WAIT_TIMEOUT)
 		{
@@ -1272,7 +1272,7 @@ pipeline_read(redisReply **reply, RedisResult *result, TimestampTz nowait_deadli
 				wait_for = WL_SOCKET_READABLE;
 		}
 	}
-	cur->pipelined--;
+	redis_cur->pipelined--;
 	*reply = (redisReply *) r;
 	return RS_OK;
 }
