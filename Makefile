@@ -24,7 +24,7 @@
 # they install them first and then call make again.
 
 MODULE_big = slidewin
-OBJS = src/slidewin.o src/redis_url.o src/redis_tls.o src/redis_conn.o src/redis_route.o src/redis_cluster.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o src/fallback_table.o src/fallback_log.o src/fallback_head.o src/fallback_counter.o src/policy.o src/enforce.o src/denial.o src/refund.o src/trigger.o src/tenant.o src/deny_cache.o src/reply_check.o src/reply_cap.o src/tenant_kind.o src/cluster_slots.o src/stats.o src/misconf.o src/redis_probe.o src/check.o src/ticket.o src/lease.o src/block.o src/fallback_block.o src/fallback_carry.o src/outage.o
+OBJS = src/slidewin.o src/redis_url.o src/redis_tls.o src/redis_conn.o src/redis_conn_open.o src/redis_route.o src/redis_cluster.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o src/fallback_table.o src/fallback_log.o src/fallback_head.o src/fallback_counter.o src/policy.o src/enforce.o src/denial.o src/refund.o src/trigger.o src/tenant.o src/deny_cache.o src/reply_check.o src/reply_cap.o src/tenant_kind.o src/cluster_slots.o src/stats.o src/stats_views.o src/misconf.o src/redis_probe.o src/check.o src/ticket.o src/lease.o src/block.o src/fallback_block.o src/fallback_carry.o src/outage.o
 EXTENSION = slidewin
 DATA = sql/slidewin--1.0.sql sql/slidewin--1.0--1.1.sql sql/slidewin--1.1--1.2.sql sql/slidewin--1.2--1.3.sql sql/slidewin--1.3--1.4.sql sql/slidewin--1.4--1.5.sql sql/slidewin--1.5--1.6.sql sql/slidewin--1.6--1.7.sql sql/slidewin--1.7--1.8.sql sql/slidewin--1.8--1.9.sql
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Isrc

@@ -1,7 +1,8 @@
 /*
  * redis_link.h
- *		One connection to one server (redis_conn.c), as the routing layer
- *		(redis_route.c) drives it. Internal to those two files.
+ *		One connection to one server (redis_conn.c, opened by
+ *		redis_conn_open.c), as the routing layer (redis_route.c) drives
+ *		it. Internal to those files.
  *
  * A link is a socket, or a TLS session on one, to the server being opened
  * or open; every wait on it is latch-aware and bounded by the deadline

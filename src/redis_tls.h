@@ -5,10 +5,10 @@
  *		and reading and writing through a TLS session.
  *
  * Every function here returns at once: "would block" is an answer, naming
- * the socket event to wait for, and the caller waits (redis_conn.c, on the
- * backend's latch). Nothing here raises an ERROR, so that it may run where
- * an ERROR is not allowed (transaction abort); failures come back as a
- * sentence for errdetail.
+ * the socket event to wait for, and the caller waits (redis_conn.c and
+ * redis_conn_open.c, on the backend's latch). Nothing here raises an ERROR,
+ * so that it may run where an ERROR is not allowed (transaction abort);
+ * failures come back as a sentence for errdetail.
  */
 #ifndef SLIDEWIN_REDIS_TLS_H
 #define SLIDEWIN_REDIS_TLS_H

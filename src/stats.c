@@ -48,18 +48,17 @@
  * None of this survives a restart: after a crash the postmaster makes
  * shared memory anew, and every count starts again from zero.
  *
+ * This file is the sink: every layer bumps these counters, so it includes
+ * nothing above the base layer and formats no SQL result. The functions
+ * behind the views, which read the counters and reset them, are in
+ * stats_views.c; the layout of shared memory they share is in stats_int.h.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include <math.h>
-
-#include "access/htup_details.h"
 #include "access/twophase.h"
-#include "catalog/pg_authid.h"
 #include "common/hashfn.h"
-#include "fmgr.h"
-#include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "port/pg_bitutils.h"
@@ -68,147 +67,25 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
-#include "utils/acl.h"
-#include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
-#include "utils/tuplestore.h"
 
 #include "compat.h"
-#include "fallback_carry.h"
 #include "stats.h"
+#include "stats_int.h"
 
 bool		slidewin_stats = true;
 int			slidewin_stats_max_rules = 1000;
 int			slidewin_track_keys = 1000;
 
-PG_FUNCTION_INFO_V1(slidewin_stats_fn);
-PG_FUNCTION_INFO_V1(slidewin_slot_stats_fn);
-PG_FUNCTION_INFO_V1(slidewin_outage_stats_fn);
-PG_FUNCTION_INFO_V1(slidewin_stats_rules);
-PG_FUNCTION_INFO_V1(slidewin_top_keys);
-PG_FUNCTION_INFO_V1(slidewin_stats_reset);
-
-typedef enum Counter
-{
-	C_CALLS,
-	C_ADMITTED,
-	C_DENIED,
-	C_UNITS_ADMITTED,
-	C_DENY_CACHE_HITS,
-	C_SHADOW_DENIALS,
-	C_REDIS_CALLS,
-	C_FALLBACK_CALLS,
-	C_POLICY_ANSWERS,
-	C_REDIS_ERRORS,
-	C_REDIS_TIMEOUTS,
-	C_RECONNECTS,
-	C_BREAKER_TRIPS,
-	C_REFUNDS,
-	C_REFUNDS_DROPPED,
-	/* concurrency slots (1.7): rl_slot_stats(), the last columns of rl_stats */
-	C_SLOT_ACQUISITIONS,
-	C_SLOT_DENIALS,
-	C_SLOT_WAITS,
-	C_SLOT_RELEASES,
-	C_SLOT_LEASES_ENDED,
-	C_SLOT_RELEASES_LOST,
-	/* exactness across an outage (1.8): rl_outage_stats(), after them */
-	C_OUTAGE_SEEDED_UNITS,
-	C_OUTAGE_UNSEEDED_CALLS,
-	C_OUTAGE_CARRIED,
-	NCOUNTERS
-} Counter;
-
-/* rl_slot_stats()'s counters end where the outage's begin. */
-#define NCOUNTERS_SLOTS (C_SLOT_RELEASES_LOST + 1)
-
-/* rl_stats()'s counters, the columns it has had since 1.2. */
-#define NCOUNTERS_RATE (C_REFUNDS_DROPPED + 1)
-
-/* The rule "algorithm" of concurrency slots in rl_stats_rules (lim: max, win: lease). */
-#define RULE_CONCURRENCY 100
-
-/* Four buckets per power of two; the last one holds everything from 2^25 us (~34 s). */
-#define RTT_BUCKETS 100
-
-typedef struct StatsSlot
-{
-	pg_atomic_uint64 c[NCOUNTERS];
-	pg_atomic_uint64 rtt[RTT_BUCKETS];
-} StatsSlot;
-
-typedef struct RuleKey
-{
-	int32		algorithm;
-	int32		pad;			/* zero: keys are compared as bytes */
-	int64		lim;
-	int64		win_us;
-} RuleKey;
-
-typedef struct RuleEntry
-{
-	slock_t		mutex;
-	bool		in_use;			/* key is the rule counted here */
-	RuleKey		key;
-	int64		calls;
-	int64		admitted;
-	int64		denied;
-	int64		units_admitted;
-	int64		near_limit;
-	int64		shadow_denials;
-} RuleEntry;
-
-typedef struct RuleHashEntry
-{
-	RuleKey		key;
-	int			index;
-} RuleHashEntry;
-
-typedef struct KeyEntry
-{
-	slock_t		mutex;
-	uint64		hash;			/* 0: free */
-	int			keylen;
-	int64		denied;			/* units, an over-estimate by at most error */
-	int64		error;
-	int64		admitted;		/* units, since the key was tracked */
-	TimestampTz last_denied_at;
-	int64		last_retry_us;
-	char		key[RL_MAX_KEY_BYTES];
-} KeyEntry;
-
-typedef struct KeyHashEntry
-{
-	uint64		hash;
-	int			index;
-} KeyHashEntry;
-
-typedef struct StatsShared
-{
-	LWLock	   *lock;			/* the hashes, the baseline, the reset */
-	pg_atomic_uint64 reset_gen; /* bumped by every reset */
-	pg_atomic_uint64 keys_gen;	/* bumped whenever a key is tracked anew */
-	TimestampTz stats_reset;
-	uint64		base[NCOUNTERS];
-	uint64		base_rtt[RTT_BUCKETS];
-	int			nslots;			/* per-process slots; one more for the rest */
-	Size		slot_stride;
-	int			max_rules;
-	int			rules_used;
-	int			max_keys;
-	int			keys_used;
-	uint32		filter_mask;	/* filter entries - 1 */
-	/* then: slots, rules (max_rules + 1, the last the overflow), keys, filter */
-} StatsShared;
-
-static StatsShared *ss = NULL;
-static char *slots_base = NULL;
-static RuleEntry *rules = NULL;
-static KeyEntry *keys = NULL;
-static pg_atomic_uint32 *key_filter = NULL;
-static HTAB *rule_hash = NULL;
-static HTAB *key_hash = NULL;
+/* The shared memory; stats_views.c reads it through stats_int.h. */
+StatsShared *stats_shared = NULL;
+char	   *stats_slots_base = NULL;
+RuleEntry  *stats_rules = NULL;
+KeyEntry   *stats_keys = NULL;
+pg_atomic_uint32 *stats_key_filter = NULL;
+HTAB	   *stats_rule_hash = NULL;
+HTAB	   *stats_key_hash = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -283,60 +160,60 @@ stats_shmem_startup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	p = ShmemInitStruct("slidewin stats", add_size(stats_struct_size(), PG_CACHE_LINE_SIZE),
 						&found);
-	ss = (StatsShared *) p;
+	stats_shared = (StatsShared *) p;
 	p += MAXALIGN(sizeof(StatsShared));
-	slots_base = (char *) TYPEALIGN(PG_CACHE_LINE_SIZE, p);
-	p = slots_base + (process_slots() + 1) * slot_stride();
-	rules = (RuleEntry *) p;
+	stats_slots_base = (char *) TYPEALIGN(PG_CACHE_LINE_SIZE, p);
+	p = stats_slots_base + (process_slots() + 1) * slot_stride();
+	stats_rules = (RuleEntry *) p;
 	p += (slidewin_stats_max_rules + 1) * MAXALIGN(sizeof(RuleEntry));
-	keys = (KeyEntry *) p;
+	stats_keys = (KeyEntry *) p;
 	p += slidewin_track_keys * MAXALIGN(sizeof(KeyEntry));
-	key_filter = (pg_atomic_uint32 *) p;
+	stats_key_filter = (pg_atomic_uint32 *) p;
 	if (!found)
 	{
-		memset(ss, 0, sizeof(StatsShared));
-		ss->lock = &(GetNamedLWLockTranche("slidewin stats"))->lock;
-		pg_atomic_init_u64(&ss->reset_gen, 1);
-		pg_atomic_init_u64(&ss->keys_gen, 1);
-		ss->stats_reset = GetCurrentTimestamp();
-		ss->nslots = process_slots();
-		ss->slot_stride = slot_stride();
-		ss->max_rules = slidewin_stats_max_rules;
-		ss->max_keys = slidewin_track_keys;
-		for (int i = 0; i <= ss->nslots; i++)
+		memset(stats_shared, 0, sizeof(StatsShared));
+		stats_shared->lock = &(GetNamedLWLockTranche("slidewin stats"))->lock;
+		pg_atomic_init_u64(&stats_shared->reset_gen, 1);
+		pg_atomic_init_u64(&stats_shared->keys_gen, 1);
+		stats_shared->stats_reset = GetCurrentTimestamp();
+		stats_shared->nslots = process_slots();
+		stats_shared->slot_stride = slot_stride();
+		stats_shared->max_rules = slidewin_stats_max_rules;
+		stats_shared->max_keys = slidewin_track_keys;
+		for (int i = 0; i <= stats_shared->nslots; i++)
 		{
-			StatsSlot  *s = (StatsSlot *) (slots_base + i * ss->slot_stride);
+			StatsSlot  *s = (StatsSlot *) (stats_slots_base + i * stats_shared->slot_stride);
 
 			for (int c = 0; c < NCOUNTERS; c++)
 				pg_atomic_init_u64(&s->c[c], 0);
 			for (int b = 0; b < RTT_BUCKETS; b++)
 				pg_atomic_init_u64(&s->rtt[b], 0);
 		}
-		for (int i = 0; i <= ss->max_rules; i++)
+		for (int i = 0; i <= stats_shared->max_rules; i++)
 		{
-			memset(&rules[i], 0, sizeof(RuleEntry));
-			SpinLockInit(&rules[i].mutex);
+			memset(&stats_rules[i], 0, sizeof(RuleEntry));
+			SpinLockInit(&stats_rules[i].mutex);
 		}
-		rules[ss->max_rules].in_use = true; /* the overflow row */
-		for (int i = 0; i < ss->max_keys; i++)
+		stats_rules[stats_shared->max_rules].in_use = true; /* the overflow row */
+		for (int i = 0; i < stats_shared->max_keys; i++)
 		{
-			memset(&keys[i], 0, offsetof(KeyEntry, key));
-			SpinLockInit(&keys[i].mutex);
+			memset(&stats_keys[i], 0, offsetof(KeyEntry, key));
+			SpinLockInit(&stats_keys[i].mutex);
 		}
-		ss->filter_mask = filter_entries() - 1;
-		for (uint32 i = 0; i <= ss->filter_mask; i++)
-			pg_atomic_init_u32(&key_filter[i], 0);
+		stats_shared->filter_mask = filter_entries() - 1;
+		for (uint32 i = 0; i <= stats_shared->filter_mask; i++)
+			pg_atomic_init_u32(&stats_key_filter[i], 0);
 	}
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(RuleKey);
 	info.entrysize = sizeof(RuleHashEntry);
-	rule_hash = slidewin_shmem_init_hash("slidewin stats rules", Max(slidewin_stats_max_rules, 1),
+	stats_rule_hash = slidewin_shmem_init_hash("slidewin stats rules", Max(slidewin_stats_max_rules, 1),
 										 &info, HASH_ELEM | HASH_BLOBS);
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(uint64);
 	info.entrysize = sizeof(KeyHashEntry);
-	key_hash = slidewin_shmem_init_hash("slidewin stats keys", Max(slidewin_track_keys, 1),
+	stats_key_hash = slidewin_shmem_init_hash("slidewin stats keys", Max(slidewin_track_keys, 1),
 										&info, HASH_ELEM | HASH_BLOBS);
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -355,7 +232,7 @@ stats_init(void)
 static inline bool
 stats_on(void)
 {
-	return ss != NULL && slidewin_stats;
+	return stats_shared != NULL && slidewin_stats;
 }
 
 /* ---------------------------------------------------------------------
@@ -363,11 +240,6 @@ stats_on(void)
  * ---------------------------------------------------------------------
  */
 
-static inline StatsSlot *
-slot_at(int i)
-{
-	return (StatsSlot *) (slots_base + i * ss->slot_stride);
-}
 
 /*
  * Our own slot, written by nobody else; NULL when we have no PGPROC (or it
@@ -378,7 +250,7 @@ own_slot(void)
 {
 	int			procno = SLIDEWIN_MY_PROC_NUMBER();
 
-	if (procno >= 0 && procno < ss->nslots)
+	if (procno >= 0 && procno < stats_shared->nslots)
 		return slot_at(procno);
 	return NULL;
 }
@@ -397,7 +269,7 @@ bump(Counter c, uint64 n)
 {
 	StatsSlot  *s = own_slot();
 
-	add_to(s ? &s->c[c] : NULL, &slot_at(ss->nslots)->c[c], n);
+	add_to(s ? &s->c[c] : NULL, &slot_at(stats_shared->nslots)->c[c], n);
 }
 
 static int
@@ -413,15 +285,6 @@ rtt_bucket(int64 us)
 	return Min(b, RTT_BUCKETS - 1);
 }
 
-/* The least value of bucket b (b may be RTT_BUCKETS: the end of the last). */
-static int64
-rtt_bucket_floor(int b)
-{
-	if (b < 4)
-		return b;
-	return (int64) (4 + b % 4) << (b / 4 - 1);
-}
-
 void
 stats_redis_rtt(int64 us)
 {
@@ -432,7 +295,7 @@ stats_redis_rtt(int64 us)
 		return;
 	s = own_slot();
 	b = rtt_bucket(us);
-	add_to(s ? &s->rtt[b] : NULL, &slot_at(ss->nslots)->rtt[b], 1);
+	add_to(s ? &s->rtt[b] : NULL, &slot_at(stats_shared->nslots)->rtt[b], 1);
 }
 
 void
@@ -511,25 +374,25 @@ rule_lookup(const RuleKey *key)
 	bool		found;
 	int			index;
 
-	LWLockAcquire(ss->lock, LW_SHARED);
-	h = hash_search(rule_hash, key, HASH_FIND, NULL);
+	LWLockAcquire(stats_shared->lock, LW_SHARED);
+	h = hash_search(stats_rule_hash, key, HASH_FIND, NULL);
 	index = h ? h->index : -1;
-	LWLockRelease(ss->lock);
+	LWLockRelease(stats_shared->lock);
 	if (index >= 0)
 		return index;
 
-	LWLockAcquire(ss->lock, LW_EXCLUSIVE);
-	h = hash_search(rule_hash, key, HASH_FIND, NULL);
+	LWLockAcquire(stats_shared->lock, LW_EXCLUSIVE);
+	h = hash_search(stats_rule_hash, key, HASH_FIND, NULL);
 	if (h)
 		index = h->index;
-	else if (ss->rules_used < ss->max_rules &&
-			 (h = hash_search(rule_hash, key, HASH_ENTER_NULL, &found)) != NULL)
+	else if (stats_shared->rules_used < stats_shared->max_rules &&
+			 (h = hash_search(stats_rule_hash, key, HASH_ENTER_NULL, &found)) != NULL)
 	{
 		RuleEntry  *e;
 
-		index = ss->rules_used++;
+		index = stats_shared->rules_used++;
 		h->index = index;
-		e = &rules[index];
+		e = &stats_rules[index];
 		SpinLockAcquire(&e->mutex);
 		e->in_use = true;
 		e->key = *key;
@@ -538,8 +401,8 @@ rule_lookup(const RuleKey *key)
 		SpinLockRelease(&e->mutex);
 	}
 	else
-		index = ss->max_rules;
-	LWLockRelease(ss->lock);
+		index = stats_shared->max_rules;
+	LWLockRelease(stats_shared->lock);
 	return index;
 }
 
@@ -552,7 +415,7 @@ count_rule_key(const RuleKey *rkey, bool admitted, int64 units, bool near, bool 
 {
 	RuleKey		key = *rkey;
 	RuleCacheEntry *lc;
-	uint64		gen = pg_atomic_read_u64(&ss->reset_gen);
+	uint64		gen = pg_atomic_read_u64(&stats_shared->reset_gen);
 
 	if (!rule_cache_ready)
 	{
@@ -579,10 +442,10 @@ count_rule_key(const RuleKey *rkey, bool admitted, int64 units, bool near, bool 
 		}
 		/* After a second miss (a reset in between) the overflow row takes it. */
 		if (attempt > 0)
-			index = ss->max_rules;
-		e = &rules[index];
+			index = stats_shared->max_rules;
+		e = &stats_rules[index];
 		SpinLockAcquire(&e->mutex);
-		if (index == ss->max_rules ||
+		if (index == stats_shared->max_rules ||
 			(e->in_use && memcmp(&e->key, &key, sizeof(key)) == 0))
 		{
 			e->calls++;
@@ -603,7 +466,7 @@ count_rule_key(const RuleKey *rkey, bool admitted, int64 units, bool near, bool 
 		if (counted)
 			return;
 		lc->index = -1;
-		gen = pg_atomic_read_u64(&ss->reset_gen);
+		gen = pg_atomic_read_u64(&stats_shared->reset_gen);
 	}
 }
 
@@ -688,7 +551,7 @@ key_add(KeyEntry *e, const RlArgs *args, const RlOutcome *o, TimestampTz now)
 static bool
 key_try(int i, uint64 hash, const RlArgs *args, const RlOutcome *o, TimestampTz now)
 {
-	KeyEntry   *e = &keys[i];
+	KeyEntry   *e = &stats_keys[i];
 	bool		ok;
 
 	SpinLockAcquire(&e->mutex);
@@ -712,33 +575,33 @@ key_track(uint64 hash, const RlArgs *args, const RlOutcome *o, TimestampTz now)
 	int64		least = 0;
 	bool		found;
 
-	if (ss->keys_used < ss->max_keys)
-		victim = ss->keys_used++;
+	if (stats_shared->keys_used < stats_shared->max_keys)
+		victim = stats_shared->keys_used++;
 	else
 	{
 		victim = 0;
-		for (int i = 0; i < ss->max_keys; i++)
+		for (int i = 0; i < stats_shared->max_keys; i++)
 		{
 			int64		d;
 
-			SpinLockAcquire(&keys[i].mutex);
-			d = keys[i].denied;
-			SpinLockRelease(&keys[i].mutex);
+			SpinLockAcquire(&stats_keys[i].mutex);
+			d = stats_keys[i].denied;
+			SpinLockRelease(&stats_keys[i].mutex);
 			if (i == 0 || d < least)
 			{
 				least = d;
 				victim = i;
 			}
 		}
-		hash_search(key_hash, &keys[victim].hash, HASH_REMOVE, NULL);
-		pg_atomic_fetch_sub_u32(&key_filter[keys[victim].hash & ss->filter_mask], 1);
+		hash_search(stats_key_hash, &stats_keys[victim].hash, HASH_REMOVE, NULL);
+		pg_atomic_fetch_sub_u32(&stats_key_filter[stats_keys[victim].hash & stats_shared->filter_mask], 1);
 	}
-	h = hash_search(key_hash, &hash, HASH_ENTER_NULL, &found);
+	h = hash_search(stats_key_hash, &hash, HASH_ENTER_NULL, &found);
 	if (h == NULL)
 		return -1;				/* cannot happen: one out, one in */
 	h->index = victim;
-	pg_atomic_fetch_add_u32(&key_filter[hash & ss->filter_mask], 1);
-	e = &keys[victim];
+	pg_atomic_fetch_add_u32(&stats_key_filter[hash & stats_shared->filter_mask], 1);
+	e = &stats_keys[victim];
 	SpinLockAcquire(&e->mutex);
 	e->hash = hash;
 	e->keylen = args->keylen;
@@ -748,7 +611,7 @@ key_track(uint64 hash, const RlArgs *args, const RlOutcome *o, TimestampTz now)
 	e->admitted = 0;
 	key_add(e, args, o, now);
 	SpinLockRelease(&e->mutex);
-	pg_atomic_fetch_add_u64(&ss->keys_gen, 1);
+	pg_atomic_fetch_add_u64(&stats_shared->keys_gen, 1);
 	return victim;
 }
 
@@ -766,7 +629,7 @@ count_key(const RlArgs *args, const RlOutcome *o)
 	if (hash == 0)
 		hash = 1;
 	/* No tracked key in the bucket: an admission has nothing to count. */
-	if (o->allowed && pg_atomic_read_u32(&key_filter[hash & ss->filter_mask]) == 0)
+	if (o->allowed && pg_atomic_read_u32(&stats_key_filter[hash & stats_shared->filter_mask]) == 0)
 		return;
 	lc = &key_cache[hash % KEY_CACHE];
 	if (lc->hash == hash)
@@ -774,29 +637,29 @@ count_key(const RlArgs *args, const RlOutcome *o)
 		if (lc->index >= 0 && key_try(lc->index, hash, args, o, now))
 			return;
 		/* Known untracked, and no key has been tracked since. */
-		if (lc->index < 0 && o->allowed && lc->gen == pg_atomic_read_u64(&ss->keys_gen))
+		if (lc->index < 0 && o->allowed && lc->gen == pg_atomic_read_u64(&stats_shared->keys_gen))
 			return;
 	}
 
-	gen = pg_atomic_read_u64(&ss->keys_gen);
-	LWLockAcquire(ss->lock, LW_SHARED);
-	h = hash_search(key_hash, &hash, HASH_FIND, NULL);
+	gen = pg_atomic_read_u64(&stats_shared->keys_gen);
+	LWLockAcquire(stats_shared->lock, LW_SHARED);
+	h = hash_search(stats_key_hash, &hash, HASH_FIND, NULL);
 	found = h != NULL;
 	index = h ? h->index : -1;
 	if (index >= 0 && !key_try(index, hash, args, o, now))
 		index = -1;				/* another key with the same 64-bit hash */
-	LWLockRelease(ss->lock);
+	LWLockRelease(stats_shared->lock);
 
 	/* A denied key that is not tracked: track it (exclusive). */
 	if (!found && !o->allowed)
 	{
-		LWLockAcquire(ss->lock, LW_EXCLUSIVE);
-		h = hash_search(key_hash, &hash, HASH_FIND, NULL);
+		LWLockAcquire(stats_shared->lock, LW_EXCLUSIVE);
+		h = hash_search(stats_key_hash, &hash, HASH_FIND, NULL);
 		if (h == NULL)
 			index = key_track(hash, args, o, now);
 		else if (key_try(h->index, hash, args, o, now))
 			index = h->index;
-		LWLockRelease(ss->lock);
+		LWLockRelease(stats_shared->lock);
 	}
 	lc->hash = hash;
 	lc->index = index;
@@ -833,309 +696,6 @@ stats_count_call(const RlArgs *args, const RlOutcome *o, StatsSource source)
 	bump(C_CALLS, 1);
 	count_rule(args, o);
 	/* A key is limited by a store; the deny policy's answers are outages. */
-	if (ss->max_keys > 0 && source != STATS_POLICY)
+	if (stats_shared->max_keys > 0 && source != STATS_POLICY)
 		count_key(args, o);
-}
-
-/* ---------------------------------------------------------------------
- * The views
- * ---------------------------------------------------------------------
- */
-
-static void
-require_shared(void)
-{
-	if (ss == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("slidewin statistics need the library to be preloaded"),
-				 errhint("Add slidewin to shared_preload_libraries and restart the server.")));
-}
-
-static Datum
-interval_us(int64 us)
-{
-	Interval   *iv = palloc0(sizeof(Interval));
-
-	iv->time = us;
-	return IntervalPGetDatum(iv);
-}
-
-/* The upper edge of the bucket holding the p-th fraction of n samples. */
-static Datum
-rtt_percentile(const uint64 *hist, uint64 n, double p, bool *isnull)
-{
-	uint64		rank = (uint64) ceil(p * n);
-	uint64		seen = 0;
-
-	*isnull = (n == 0);
-	if (n == 0)
-		return (Datum) 0;
-	rank = Max(rank, 1);
-	for (int b = 0; b < RTT_BUCKETS; b++)
-	{
-		seen += hist[b];
-		if (seen >= rank)
-			return interval_us(rtt_bucket_floor(b + 1));
-	}
-	return interval_us(rtt_bucket_floor(RTT_BUCKETS));
-}
-
-/* The counters and round-trip histogram summed over every slot, less the reset's baseline. */
-static void
-read_counters(uint64 *sum, uint64 *hist, uint64 *n, TimestampTz *reset)
-{
-	memset(sum, 0, NCOUNTERS * sizeof(uint64));
-	memset(hist, 0, RTT_BUCKETS * sizeof(uint64));
-	*n = 0;
-	LWLockAcquire(ss->lock, LW_SHARED);
-	for (int i = 0; i <= ss->nslots; i++)
-	{
-		StatsSlot  *s = slot_at(i);
-
-		for (int c = 0; c < NCOUNTERS; c++)
-			sum[c] += pg_atomic_read_u64(&s->c[c]);
-		for (int b = 0; b < RTT_BUCKETS; b++)
-			hist[b] += pg_atomic_read_u64(&s->rtt[b]);
-	}
-	for (int c = 0; c < NCOUNTERS; c++)
-		sum[c] -= ss->base[c];
-	for (int b = 0; b < RTT_BUCKETS; b++)
-	{
-		hist[b] -= ss->base_rtt[b];
-		*n += hist[b];
-	}
-	*reset = ss->stats_reset;
-	LWLockRelease(ss->lock);
-}
-
-/* rl_stats(): the rate limits' counters, round trips and the reset time. */
-Datum
-slidewin_stats_fn(PG_FUNCTION_ARGS)
-{
-	TupleDesc	tupdesc;
-	Datum		values[NCOUNTERS_RATE + 3];
-	bool		nulls[NCOUNTERS_RATE + 3] = {0};
-	uint64		sum[NCOUNTERS];
-	uint64		hist[RTT_BUCKETS];
-	uint64		n;
-	TimestampTz reset;
-
-	require_shared();
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	read_counters(sum, hist, &n, &reset);
-	for (int c = 0; c < NCOUNTERS_RATE; c++)
-		values[c] = Int64GetDatum((int64) sum[c]);
-	values[NCOUNTERS_RATE] = rtt_percentile(hist, n, 0.50, &nulls[NCOUNTERS_RATE]);
-	values[NCOUNTERS_RATE + 1] = rtt_percentile(hist, n, 0.99, &nulls[NCOUNTERS_RATE + 1]);
-	values[NCOUNTERS_RATE + 2] = TimestampTzGetDatum(reset);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
-}
-
-/* rl_slot_stats(): the concurrency slots' counters (1.7), the last columns of rl_stats. */
-Datum
-slidewin_slot_stats_fn(PG_FUNCTION_ARGS)
-{
-	TupleDesc	tupdesc;
-	Datum		values[NCOUNTERS_SLOTS - NCOUNTERS_RATE];
-	bool		nulls[NCOUNTERS_SLOTS - NCOUNTERS_RATE] = {0};
-	uint64		sum[NCOUNTERS];
-	uint64		hist[RTT_BUCKETS];
-	uint64		n;
-	TimestampTz reset;
-
-	require_shared();
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	read_counters(sum, hist, &n, &reset);
-	for (int c = NCOUNTERS_RATE; c < NCOUNTERS_SLOTS; c++)
-		values[c - NCOUNTERS_RATE] = Int64GetDatum((int64) sum[c]);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
-}
-
-/*
- * rl_outage_stats(): the counters of exactness across an outage (1.8), and
- * the admissions of this database's fallback store still waiting to be
- * carried back (counted in its table now, not kept in shared memory).
- */
-Datum
-slidewin_outage_stats_fn(PG_FUNCTION_ARGS)
-{
-	TupleDesc	tupdesc;
-	Datum		values[4];
-	bool		nulls[4] = {0};
-	uint64		sum[NCOUNTERS];
-	uint64		hist[RTT_BUCKETS];
-	uint64		n;
-	TimestampTz reset;
-
-	require_shared();
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	read_counters(sum, hist, &n, &reset);
-	values[0] = Int64GetDatum((int64) sum[C_OUTAGE_SEEDED_UNITS]);
-	values[1] = Int64GetDatum((int64) sum[C_OUTAGE_UNSEEDED_CALLS]);
-	values[2] = Int64GetDatum((int64) sum[C_OUTAGE_CARRIED]);
-	values[3] = Int64GetDatum(fallback_carry_pending());
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
-}
-
-/* rl_stats_rules(): one row per rule; the overflow row has a NULL rule. */
-Datum
-slidewin_stats_rules(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int			used;
-
-	require_shared();
-	InitMaterializedSRF(fcinfo, 0);
-
-	LWLockAcquire(ss->lock, LW_SHARED);
-	used = ss->rules_used;
-	for (int i = 0; i <= ss->max_rules; i++)
-	{
-		RuleEntry	copy;
-		Datum		values[9];
-		bool		nulls[9] = {0};
-
-		if (i >= used && i != ss->max_rules)
-			continue;
-		SpinLockAcquire(&rules[i].mutex);
-		copy = rules[i];
-		SpinLockRelease(&rules[i].mutex);
-		if (!copy.in_use || (i == ss->max_rules && copy.calls == 0))
-			continue;
-		if (i == ss->max_rules)
-			nulls[0] = nulls[1] = nulls[2] = true;
-		else
-		{
-			values[0] = CStringGetTextDatum(copy.key.algorithm == RULE_CONCURRENCY ? "concurrency" :
-											limit_algorithm_name(copy.key.algorithm));
-			values[1] = Int64GetDatum(copy.key.lim);
-			values[2] = interval_us(copy.key.win_us);
-		}
-		values[3] = Int64GetDatum(copy.calls);
-		values[4] = Int64GetDatum(copy.admitted);
-		values[5] = Int64GetDatum(copy.denied);
-		values[6] = Int64GetDatum(copy.units_admitted);
-		values[7] = Int64GetDatum(copy.near_limit);
-		values[8] = Int64GetDatum(copy.shadow_denials);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	LWLockRelease(ss->lock);
-	return (Datum) 0;
-}
-
-/* rl_top_keys(): every tracked key; the key itself only for readers of all stats. */
-Datum
-slidewin_top_keys(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	bool		show_key = is_member_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
-	char	   *buf = palloc(RL_MAX_KEY_BYTES);
-
-	require_shared();
-	InitMaterializedSRF(fcinfo, 0);
-
-	LWLockAcquire(ss->lock, LW_SHARED);
-	for (int i = 0; i < ss->keys_used; i++)
-	{
-		KeyEntry   *e = &keys[i];
-		Datum		values[6];
-		bool		nulls[6] = {0};
-		int			len;
-		int64		denied,
-					admitted,
-					error,
-					retry;
-		TimestampTz at;
-
-		SpinLockAcquire(&e->mutex);
-		if (e->hash == 0)
-		{
-			SpinLockRelease(&e->mutex);
-			continue;
-		}
-		denied = e->denied;
-		admitted = e->admitted;
-		error = e->error;
-		at = e->last_denied_at;
-		retry = e->last_retry_us;
-		len = e->keylen;
-		if (show_key)
-			memcpy(buf, e->key, len);
-		SpinLockRelease(&e->mutex);
-		if (show_key)
-			values[0] = PointerGetDatum(cstring_to_text_with_len(buf, len));
-		else
-			nulls[0] = true;
-		values[1] = Int64GetDatum(denied);
-		values[2] = Int64GetDatum(admitted);
-		values[3] = TimestampTzGetDatum(at);
-		values[4] = interval_us(retry);
-		values[5] = Int64GetDatum(error);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	LWLockRelease(ss->lock);
-	return (Datum) 0;
-}
-
-/* rl_stats_reset(): everything starts again; not granted to PUBLIC. */
-Datum
-slidewin_stats_reset(PG_FUNCTION_ARGS)
-{
-	HASH_SEQ_STATUS seq;
-	void	   *h;
-
-	require_shared();
-	LWLockAcquire(ss->lock, LW_EXCLUSIVE);
-	memset(ss->base, 0, sizeof(ss->base));
-	memset(ss->base_rtt, 0, sizeof(ss->base_rtt));
-	for (int i = 0; i <= ss->nslots; i++)
-	{
-		StatsSlot  *s = slot_at(i);
-
-		for (int c = 0; c < NCOUNTERS; c++)
-			ss->base[c] += pg_atomic_read_u64(&s->c[c]);
-		for (int b = 0; b < RTT_BUCKETS; b++)
-			ss->base_rtt[b] += pg_atomic_read_u64(&s->rtt[b]);
-	}
-
-	hash_seq_init(&seq, rule_hash);
-	while ((h = hash_seq_search(&seq)) != NULL)
-		hash_search(rule_hash, h, HASH_REMOVE, NULL);
-	for (int i = 0; i <= ss->max_rules; i++)
-	{
-		RuleEntry  *e = &rules[i];
-
-		SpinLockAcquire(&e->mutex);
-		e->in_use = (i == ss->max_rules);
-		e->calls = e->admitted = e->denied = 0;
-		e->units_admitted = e->near_limit = e->shadow_denials = 0;
-		SpinLockRelease(&e->mutex);
-	}
-	ss->rules_used = 0;
-
-	hash_seq_init(&seq, key_hash);
-	while ((h = hash_seq_search(&seq)) != NULL)
-		hash_search(key_hash, h, HASH_REMOVE, NULL);
-	for (int i = 0; i < ss->max_keys; i++)
-	{
-		KeyEntry   *e = &keys[i];
-
-		SpinLockAcquire(&e->mutex);
-		e->hash = 0;
-		e->denied = e->error = e->admitted = 0;
-		SpinLockRelease(&e->mutex);
-	}
-	ss->keys_used = 0;
-	for (uint32 i = 0; i <= ss->filter_mask; i++)
-		pg_atomic_write_u32(&key_filter[i], 0);
-
-	pg_atomic_fetch_add_u64(&ss->reset_gen, 1);
-	pg_atomic_fetch_add_u64(&ss->keys_gen, 1);
-	ss->stats_reset = GetCurrentTimestamp();
-	LWLockRelease(ss->lock);
-	PG_RETURN_VOID();
 }

@@ -2,7 +2,7 @@
  * stats.h
  *		Server-wide counters of what the limiter decided, per rule and for
  *		the keys denied most (stats.c), read through the rl_stats,
- *		rl_stats_rules and rl_top_keys views.
+ *		rl_stats_rules and rl_top_keys views (stats_views.c).
  *
  * Every function here is cheap, never ERRORs, takes no lock that all
  * backends share on the deny cache's path, and does nothing when the
