@@ -24,12 +24,14 @@
 # they install them first and then call make again.
 
 MODULE_big = slidewin
-OBJS = src/slidewin.o src/redis_url.o src/redis_tls.o src/redis_conn.o src/redis_conn_open.o src/redis_route.o src/redis_cluster.o src/scripts.o src/limit.o src/store_redis.o src/fallback.o src/fallback_table.o src/fallback_log.o src/fallback_head.o src/fallback_counter.o src/policy.o src/enforce.o src/denial.o src/refund.o src/trigger.o src/tenant.o src/deny_cache.o src/reply_check.o src/reply_cap.o src/tenant_kind.o src/cluster_slots.o src/stats.o src/stats_views.o src/misconf.o src/redis_probe.o src/check.o src/ticket.o src/lease.o src/block.o src/fallback_block.o src/fallback_carry.o src/outage.o
+# The layers of src/, from the ground up (src/LAYERS; make check-layers).
+LAYER_DIRS = src/base src/transport src/store/redis src/store/fallback src/switch src/sql
+OBJS = $(patsubst %.c,%.o,$(sort $(foreach d,$(LAYER_DIRS),$(wildcard $(d)/*.c))))
 EXTENSION = slidewin
 DATA = sql/slidewin--1.0.sql sql/slidewin--1.0--1.1.sql sql/slidewin--1.1--1.2.sql sql/slidewin--1.2--1.3.sql sql/slidewin--1.3--1.4.sql sql/slidewin--1.4--1.5.sql sql/slidewin--1.5--1.6.sql sql/slidewin--1.6--1.7.sql sql/slidewin--1.7--1.8.sql sql/slidewin--1.8--1.9.sql
-PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Isrc
+PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare $(addprefix -I,$(LAYER_DIRS))
 SHLIB_LINK = -lhiredis -lanl -lssl -lcrypto
-EXTRA_CLEAN = test/fuzz/build src/lua_scripts.h
+EXTRA_CLEAN = test/fuzz/build src/store/redis/lua_scripts.h
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(filter-out sql/slidewin--%,$(wildcard sql/*.sql))))
 REGRESS_OPTS = --inputdir=. --load-extension=slidewin
@@ -56,7 +58,7 @@ endif
 # PGXS does not track header dependencies unless the server was configured
 # with --enable-depend: rebuild every object when any header changes.
 ifneq ($(PGXS),)
-$(OBJS): $(filter-out src/lua_scripts.h,$(wildcard src/*.h))
+$(OBJS): $(filter-out src/store/redis/lua_scripts.h,$(foreach d,$(LAYER_DIRS),$(wildcard $(d)/*.h)))
 endif
 
 .PHONY: deps demo test test-matrix bench bench-scripts fuzz unit sanitize valgrind soak check-layers
@@ -120,9 +122,11 @@ fuzz: deps
 unit: deps
 	@bash test/unit/run.sh
 
-# The Lua scripts: each file of src/lua becomes a string macro of
-# src/lua_scripts.h (a build product), which src/scripts.c puts together.
-LUA_SOURCES = $(sort $(wildcard src/lua/*.lua))
-src/lua_scripts.h: src/lua/lua2c.pl $(LUA_SOURCES)
-	perl src/lua/lua2c.pl $@ $(LUA_SOURCES)
-src/scripts.o src/scripts.bc: src/lua_scripts.h
+# The Lua scripts: each file of src/store/redis/lua becomes a string macro
+# of src/store/redis/lua_scripts.h (a build product), which
+# src/store/redis/scripts.c puts together.
+LUA_DIR = src/store/redis/lua
+LUA_SOURCES = $(sort $(wildcard $(LUA_DIR)/*.lua))
+src/store/redis/lua_scripts.h: $(LUA_DIR)/lua2c.pl $(LUA_SOURCES)
+	perl $(LUA_DIR)/lua2c.pl $@ $(LUA_SOURCES)
+src/store/redis/scripts.o src/store/redis/scripts.bc: src/store/redis/lua_scripts.h

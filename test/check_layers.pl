@@ -9,10 +9,11 @@
 # so.
 #
 # The layer of a unit is the folder it lives in, ordered from the ground up
-# by the layers file (default SRC/LAYERS: one folder name a line, '#'
-# comments; "." names SRC itself). Two rules:
-#   - nothing runs upward: a unit depends only on units of its own layer or
-#     of layers below it;
+# by the layers file (default SRC/LAYERS: one layer a line, '#' comments;
+# "." names SRC itself). A line may name several folders: they are side by
+# side, on one level, and none of them may depend on another. Two rules:
+#   - nothing runs upward or sideways: a unit depends only on units of its
+#     own folder or of lines below it;
 #   - no circles: no two units depend on each other, however indirectly.
 # Every breach is printed with the file and the header or symbols that make
 # it; the last line says how many. Exit 1 on any breach (or a unit outside
@@ -34,17 +35,23 @@ $src =~ s{/+$}{};
 $layers_file //= "$src/LAYERS";
 
 open my $lf, '<', $layers_file or die "check_layers: cannot read $layers_file: $!\n";
-my @layers;
+my (@layers, @lines, %rank);
 while (<$lf>)
 {
 	s/#.*//;
 	s/^\s+|\s+$//g;
-	push @layers, $_ if $_ ne '';
+	next if $_ eq '';
+	my @peers = split /\s+/;
+	for my $f (@peers)
+	{
+		die "check_layers: $layers_file names $f twice\n" if exists $rank{$f};
+		$rank{$f} = scalar @lines;
+		push @layers, $f;
+	}
+	push @lines, join(' ', @peers);
 }
 close $lf;
 die "check_layers: $layers_file names no layer\n" unless @layers;
-my %rank;
-$rank{ $layers[$_] } = $_ for 0 .. $#layers;
 
 # Our files: every .c and .h under SRC (generated headers included).
 my (@files, %unit_of, %dir_of);
@@ -140,15 +147,16 @@ for my $u (sort keys %units)
 	  unless exists $rank{$l};
 }
 
-# Rule 1: nothing upward.
+# Rule 1: nothing upward, nothing sideways.
 for my $a (sort keys %deps)
 {
 	for my $b (sort keys %{ $deps{$a} })
 	{
 		my ($la, $lb) = (layer_of($a), layer_of($b));
 		next unless exists $rank{$la} && exists $rank{$lb};
-		next unless $rank{$lb} > $rank{$la};
-		push @breaches, "upward: $a (layer $la) depends on $b (layer $lb): " . join('; ', @{ $deps{$a}{$b} });
+		my $way = $rank{$lb} > $rank{$la} ? 'upward' : ($rank{$lb} == $rank{$la} && $la ne $lb) ? 'sideways' : undef;
+		next unless $way;
+		push @breaches, "$way: $a (layer $la) depends on $b (layer $lb): " . join('; ', @{ $deps{$a}{$b} });
 	}
 }
 
@@ -193,5 +201,5 @@ print "check_layers: no object for " . join(', ', @no_object) . " (run make firs
   if @no_object;
 print "$_\n" for @breaches;
 printf "check_layers: %d units in %d layers (%s), %d breaches\n", scalar(keys %units), scalar(@layers),
-  join(' < ', @layers), scalar(@breaches);
+  join(' < ', @lines), scalar(@breaches);
 exit(@breaches ? 1 : 0);

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # test/luacheck.sh: lint slidewin's Lua with luacheck (Debian's lua-check).
 #
-# What is linted is what Redis runs: each script of src/scripts.c's table,
-# put together out of the files of src/lua by test/bench/lua_source.pl
+# What is linted is what Redis runs: each script of src/store/redis/scripts.c's table,
+# put together out of the files of src/store/redis/lua by test/bench/lua_source.pl
 # (byte for byte what slidewin sends), and the library of functions
-# (lua_source.pl --library). A file of src/lua alone is only a piece of a
+# (lua_source.pl --library). A file of src/store/redis/lua alone is only a piece of a
 # script: a body uses the prelude's functions and the head's locals. Each
 # finding is reported at the line of the .lua file it comes from, with the
-# script it was found in. Every file of src/lua must be part of some script,
+# script it was found in. Every file of src/store/redis/lua must be part of some script,
 # so that none escapes the lint. The configuration is .luacheckrc.
 #
 # Exit status 0 when clean, 1 on a finding, 2 when it cannot run.
@@ -15,7 +15,7 @@ set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-src=$repo/src/scripts.c
+src=$repo/src/store/redis/scripts.c
 lua_source=$repo/test/bench/lua_source.pl
 
 if ! command -v luacheck >/dev/null 2>&1; then
@@ -34,21 +34,21 @@ if ((${#arrays[@]} == 0)); then
 fi
 cd "$repo" || exit 2
 for a in "${arrays[@]}"; do
-	if ! perl "$lua_source" src/scripts.c "$a" >"$work/$a.lua" ||
-		! perl "$lua_source" src/scripts.c --map "$a" >"$work/$a.map"; then
-		echo "luacheck: cannot put $a together out of src/lua" >&2
+	if ! perl "$lua_source" src/store/redis/scripts.c "$a" >"$work/$a.lua" ||
+		! perl "$lua_source" src/store/redis/scripts.c --map "$a" >"$work/$a.map"; then
+		echo "luacheck: cannot put $a together out of src/store/redis/lua" >&2
 		exit 2
 	fi
 done
-if ! perl "$lua_source" src/scripts.c --library >"$work/library.lua"; then
-	echo "luacheck: cannot put the library together out of src/lua" >&2
+if ! perl "$lua_source" src/store/redis/scripts.c --library >"$work/library.lua"; then
+	echo "luacheck: cannot put the library together out of src/store/redis/lua" >&2
 	exit 2
 fi
 
 status=0
-for f in src/lua/*.lua; do
+for f in src/store/redis/lua/*.lua; do
 	if ! cut -f 2 "$work"/*.map | grep -qxF -- "$f"; then
-		echo "$f: part of no script of src/scripts.c, so never linted (nor run)"
+		echo "$f: part of no script of src/store/redis/scripts.c, so never linted (nor run)"
 		status=1
 	fi
 done

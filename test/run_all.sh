@@ -12,7 +12,7 @@
 #               by test/fuzz/run.sh; no server
 #   unit        test/unit/unit_*.c, standalone programs over the pure files,
 #               built and run by test/unit/run.sh; no server
-#   luacheck    the Lua scripts (src/lua) as Redis runs them, linted by
+#   luacheck    the Lua scripts (src/store/redis/lua) as Redis runs them, linted by
 #               test/luacheck.sh with luacheck (package lua-check); no server
 #
 # Every regression test, isolation spec, TAP file, fuzz target
@@ -479,8 +479,8 @@ run_unit_tests() {
 }
 
 # ---- luacheck -------------------------------------------------------------------
-# test/luacheck.sh lints every script as Redis runs it (src/lua, put together
-# as src/scripts.c does); one test. No server.
+# test/luacheck.sh lints every script as Redis runs it (src/store/redis/lua, put together
+# as src/store/redis/scripts.c does); one test. No server.
 run_luacheck() {
 	(($# > 0)) || return 0
 	banner "luacheck"

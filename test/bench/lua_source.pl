@@ -6,18 +6,18 @@
 #
 # Print, byte for byte, the Lua source that slidewin sends Redis as the C
 # array ARRAY_NAME (for instance lua_log_attempt) of SCRIPTS_C
-# (src/scripts.c), for instance to run it with redis-cli --eval.
+# (src/store/redis/scripts.c), for instance to run it with redis-cli --eval.
 #
-# The Lua is in the .lua files of src/lua beside SCRIPTS_C: each file NAME.lua
+# The Lua is in the .lua files of src/store/redis/lua beside SCRIPTS_C: each file NAME.lua
 # is the string macro LUA_NAME (in capitals) of the header the build makes
-# out of them (src/lua/lua2c.pl, whose lua_text() reads the files here too,
+# out of them (src/store/redis/lua/lua2c.pl, whose lua_text() reads the files here too,
 # leaving out each file's header comment as the build does).  SCRIPTS_C
 # puts the macros together: an array is initialised by adjacent macros
 # (and string literals, which it may still use), possibly through macros
 # that are themselves only such a run (LUA_PRELUDE): the C compiler
 # concatenates them, and so does this script.  Only the escapes the sources
 # can use in Lua text are understood: \n \t \r \" \' \\ \? and octal;
-# anything else is refused, so that a change in src/scripts.c that this
+# anything else is refused, so that a change in src/store/redis/scripts.c that this
 # reader cannot follow fails loudly instead of producing a different script.
 #
 # --map prints where each line of the script comes from, one line per piece:

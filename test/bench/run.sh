@@ -248,34 +248,34 @@ fwkey() { printf '%sfw:%s' "$kp" "$1"; } # its fixed_window counter
 # ---- the sliding-log script, for redis-benchmark --------------------------------
 
 # slidewin calls its library of functions (FCALL) where Redis has them, as
-# this one does: build the library out of src/scripts.c and check that it
+# this one does: build the library out of src/store/redis/scripts.c and check that it
 # is exactly the one the installed slidewin loaded at the probe above (the
 # library's name carries the SHA1 of what it holds). The row that stands
 # for Redis alone in target 1 runs that function.
 evalsha_problem=
 library=$work/library.lua
 fname=
-if perl "$here/lua_source.pl" "$repo/src/scripts.c" --library >"$library" 2>"$work/lua_source.err" &&
-	fname=$(perl "$here/lua_source.pl" "$repo/src/scripts.c" --function log_attempt 2>"$work/lua_source.err"); then
+if perl "$here/lua_source.pl" "$repo/src/store/redis/scripts.c" --library >"$library" 2>"$work/lua_source.err" &&
+	fname=$(perl "$here/lua_source.pl" "$repo/src/store/redis/scripts.c" --function log_attempt 2>"$work/lua_source.err"); then
 	if ! rcli FUNCTION LIST | grep -qx "$fname"; then
-		evalsha_problem="the function read from src/scripts.c ($fname) is not among those the installed slidewin loaded; rebuild and install (make install)"
+		evalsha_problem="the function read from src/store/redis/scripts.c ($fname) is not among those the installed slidewin loaded; rebuild and install (make install)"
 	fi
 else
-	evalsha_problem="could not build the library out of src/scripts.c: $(head -n 1 "$work/lua_source.err")"
+	evalsha_problem="could not build the library out of src/store/redis/scripts.c: $(head -n 1 "$work/lua_source.err")"
 fi
 # The attempt script itself (EVALSHA, what slidewin sends with
 # slidewin.redis_functions off or to Redis 6.2), checked the same way after a
 # call that sends it.
 lua=$work/log_attempt.lua
 sha=
-if perl "$here/lua_source.pl" "$repo/src/scripts.c" lua_log_attempt >"$lua" 2>"$work/lua_source.err"; then
+if perl "$here/lua_source.pl" "$repo/src/store/redis/scripts.c" lua_log_attempt >"$lua" 2>"$work/lua_source.err"; then
 	sha=$(perl -MDigest::SHA=sha1_hex -e 'binmode STDIN; local $/; print sha1_hex(<STDIN>)' <"$lua")
 	PGOPTIONS="-c slidewin.redis_functions=off" sql -c "SELECT store FROM rl_attempt('bench:probe', 10, '1 minute')" >/dev/null 2>&1
 	if [[ $(rcli SCRIPT EXISTS "$sha") != 1 ]]; then
-		evalsha_problem="the script read from src/scripts.c (sha1 $sha) is not the one the installed slidewin sent; rebuild and install (make install)"
+		evalsha_problem="the script read from src/store/redis/scripts.c (sha1 $sha) is not the one the installed slidewin sent; rebuild and install (make install)"
 	fi
 else
-	evalsha_problem="could not read lua_log_attempt from src/scripts.c: $(head -n 1 "$work/lua_source.err")"
+	evalsha_problem="could not read lua_log_attempt from src/store/redis/scripts.c: $(head -n 1 "$work/lua_source.err")"
 fi
 
 # The block check (target 11): the same scripts as slidewin 1.6 had them,
@@ -295,13 +295,13 @@ sha_fw=
 lua_fw=$work/fixed_window.lua
 [[ $(PGOPTIONS="-c slidewin.redis_functions=off" sql -c "SELECT store FROM rl_attempt('bench:probe', 10, '1 minute', algorithm => 'fixed_window')" 2>&1) == redis ]] ||
 	block_problem="a first fixed_window call was not answered by Redis"
-if [[ -z $block_problem ]] && ! perl "$here/lua_source.pl" "$repo/src/scripts.c" lua_fixed_window >"$lua_fw" 2>"$work/lua_source.err"; then
-	block_problem="could not read lua_fixed_window from src/scripts.c: $(head -n 1 "$work/lua_source.err")"
+if [[ -z $block_problem ]] && ! perl "$here/lua_source.pl" "$repo/src/store/redis/scripts.c" lua_fixed_window >"$lua_fw" 2>"$work/lua_source.err"; then
+	block_problem="could not read lua_fixed_window from src/store/redis/scripts.c: $(head -n 1 "$work/lua_source.err")"
 fi
 if [[ -z $block_problem ]]; then
 	sha_fw=$(sha_of "$lua_fw")
 	[[ $(rcli SCRIPT EXISTS "$sha_fw") == 1 ]] ||
-		block_problem="the fixed_window script read from src/scripts.c (sha1 $sha_fw) is not the one the installed slidewin sent; rebuild and install (make install)"
+		block_problem="the fixed_window script read from src/store/redis/scripts.c (sha1 $sha_fw) is not the one the installed slidewin sent; rebuild and install (make install)"
 fi
 [[ -n $block_problem ]] || block_problem=$(load_script "$here/lua_1.6/log_attempt.lua" "$sha16")
 [[ -n $block_problem ]] || block_problem=$(load_script "$here/lua_1.6/fixed_window.lua" "$sha_fw16")
@@ -1434,8 +1434,8 @@ result=$work/RESULTS.md
 	echo
 	echo "- pgbench $($PGBENCH --version | awk '{ print $3 }'), \`-M prepared --no-vacuum\` (plans are made once per connection, as under a driver that prepares its statements or in PL/pgSQL), except the rows marked *simple query protocol* (\`-M simple\`: each call sent as text, parsed and planned, as psql and psycopg2 send it), one custom script per workload (\`\\set k random(1, $many_keys)\`), \`-j\` = min(clients, CPUs), over TCP on loopback; the client and both servers share the machine's $ncpu CPUs."
 	echo "- tps is the median over the slices of pgbench's tps without connection time (redis-benchmark: requests per second). p50 and p99 are nearest-rank percentiles of every transaction's latency in the slices, from pgbench's per-transaction log (\`-l\`); for redis-benchmark's rows they are the median over the slices of its own p50 and p99."
-	echo "- \`FCALL\`: redis-benchmark, its own client, calling the sliding-log attempt of slidewin's library of functions, which is built out of \`src/scripts.c\` (\`test/bench/lua_source.pl --library\`: the prelude once, each deciding script a function) and checked to be the very library the installed slidewin had loaded into Redis (its name carries the SHA1 of what it holds); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\`, its (absent) ledger \`${kp}logr:rb:<random>\` and (absent) block key \`${kp}blk:rb:<random>\`, lim 1000000, window 60000000 µs, cost 1 (and nothing more: no flags, Redis TIME)."
-	echo "- Block check (target 11): \`EVALSHA\` of the sliding-log attempt script (what slidewin sends with \`slidewin.redis_functions\` off, read from \`src/scripts.c\` and checked to be the script the installed slidewin sent, same SHA1) beside the same script of slidewin 1.6 (\`test/bench/lua_1.6\`, byte for byte that version's, loaded with \`SCRIPT LOAD\`), which names no block key (and takes two arguments more, the clock '' and force 0, which today's scripts leave out); and the \`fixed_window\` script, today's (read from \`src/scripts.c\` and checked against the one slidewin loaded) with its (absent) block key beside 1.6's without, on keys \`${kp}fw:rb:<random>\`. Every call is admitted and no key is ever blocked, so the ratio is what a never-blocked key pays in Redis for the check: the logs fold it into the \`EXISTS\` they already make for the ledger (one command, two keys), the counting algorithms make one more \`GET\`. Beside it, Redis CPU per call: \`usec\` over \`calls\` of \`EVALSHA\` in \`INFO commandstats\`, read before and after each slice (the rows run one at a time), the median over the slices."
+	echo "- \`FCALL\`: redis-benchmark, its own client, calling the sliding-log attempt of slidewin's library of functions, which is built out of \`src/store/redis/scripts.c\` (\`test/bench/lua_source.pl --library\`: the prelude once, each deciding script a function) and checked to be the very library the installed slidewin had loaded into Redis (its name carries the SHA1 of what it holds); arguments as slidewin sends them: key \`${kp}log:rb:<random of $(kfmt $many_keys)>\`, its (absent) ledger \`${kp}logr:rb:<random>\` and (absent) block key \`${kp}blk:rb:<random>\`, lim 1000000, window 60000000 µs, cost 1 (and nothing more: no flags, Redis TIME)."
+	echo "- Block check (target 11): \`EVALSHA\` of the sliding-log attempt script (what slidewin sends with \`slidewin.redis_functions\` off, read from \`src/store/redis/scripts.c\` and checked to be the script the installed slidewin sent, same SHA1) beside the same script of slidewin 1.6 (\`test/bench/lua_1.6\`, byte for byte that version's, loaded with \`SCRIPT LOAD\`), which names no block key (and takes two arguments more, the clock '' and force 0, which today's scripts leave out); and the \`fixed_window\` script, today's (read from \`src/store/redis/scripts.c\` and checked against the one slidewin loaded) with its (absent) block key beside 1.6's without, on keys \`${kp}fw:rb:<random>\`. Every call is admitted and no key is ever blocked, so the ratio is what a never-blocked key pays in Redis for the check: the logs fold it into the \`EXISTS\` they already make for the ledger (one command, two keys), the counting algorithms make one more \`GET\`. Beside it, Redis CPU per call: \`usec\` over \`calls\` of \`EVALSHA\` in \`INFO commandstats\`, read before and after each slice (the rows run one at a time), the median over the slices."
 	echo "- \`FCALL\` from one process per client: the same command from as many redis-benchmark processes as clients, one connection each, started together; each process waits for its own reply, as each PostgreSQL backend does, where a single redis-benchmark serves all its connections from one event loop. Its tps is the sum of the processes' requests per second, p50 the median of their p50s, p99 the largest of their p99s. It is read beside target 1 at 8 clients and does not change that target."
 	echo "- Do-nothing function: \`bench_noop\`, created for the run, is PostgreSQL's built-in \`pg_backend_pid\` (\`LANGUAGE internal\`) declared with \`rl_attempt\`'s seven parameters and four defaults, called as the denial path is (\`SELECT * FROM bench_noop('deny', 10, '1 hour')\`) in the simple query protocol: what PostgreSQL alone charges to parse, plan and run such a call. It returns an int where \`rl_attempt\` returns \`rl_result\`."
 	echo "- Many keys: key \`'k' || random(1, $many_keys)\`, lim 1,000,000 per 1 minute, so every call is admitted; each key holds a handful of entries. cost = 1000 is the same with its own keys (still all admitted); its comparison is with the cost = 1 row."

@@ -6,7 +6,7 @@
 #
 # A throwaway redis-server on a free loopback port. slidewin's library of
 # functions is loaded with FUNCTION LOAD and its scripts with SCRIPT LOAD,
-# both put together byte for byte out of src/lua, as src/scripts.c does, by
+# both put together byte for byte out of src/store/redis/lua, as src/store/redis/scripts.c does, by
 # lua_source.pl; each row runs slidewin's function with FCALL (what
 # slidewin sends where the server has functions), the naive script with
 # EVALSHA, slidewin's script with EVALSHA (what it sends to Redis 6.2, or
@@ -68,16 +68,16 @@ load() { # load FILE: its SHA1 in Redis
 	rcli -x SCRIPT LOAD <"$1" | tr -d '\r'
 }
 for a in lua_log_attempt lua_fixed_window lua_sliding_counter lua_token_bucket; do
-	perl "$here/lua_source.pl" "$repo/src/scripts.c" "$a" >"$work/$a.lua" ||
-		{ echo "scripts.sh: cannot read $a out of src/scripts.c" >&2; exit 1; }
+	perl "$here/lua_source.pl" "$repo/src/store/redis/scripts.c" "$a" >"$work/$a.lua" ||
+		{ echo "scripts.sh: cannot read $a out of src/store/redis/scripts.c" >&2; exit 1; }
 done
-# slidewin's library of functions, as src/scripts.c builds it, and the
+# slidewin's library of functions, as src/store/redis/scripts.c builds it, and the
 # names of the functions in it
-perl "$here/lua_source.pl" "$repo/src/scripts.c" --library >"$work/library.lua" ||
-	{ echo "scripts.sh: cannot build the library out of src/scripts.c" >&2; exit 1; }
+perl "$here/lua_source.pl" "$repo/src/store/redis/scripts.c" --library >"$work/library.lua" ||
+	{ echo "scripts.sh: cannot build the library out of src/store/redis/scripts.c" >&2; exit 1; }
 declare -A fn
 for a in log_attempt fixed_window sliding_counter token_bucket; do
-	fn[lua_$a]=$(perl "$here/lua_source.pl" "$repo/src/scripts.c" --function "$a") ||
+	fn[lua_$a]=$(perl "$here/lua_source.pl" "$repo/src/store/redis/scripts.c" --function "$a") ||
 		{ echo "scripts.sh: no function $a in the library" >&2; exit 1; }
 done
 cat >"$work/naive.lua" <<'EOF'

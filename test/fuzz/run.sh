@@ -5,9 +5,9 @@
 #
 # TARGET is a name such as url (test/fuzz/fuzz_url.c); the default is every
 # target. Each target is built with clang and -fsanitize=fuzzer,address,
-# undefined from its fuzz_NAME.c plus slidewin's pure files (src/redis_url.c,
-# src/reply_check.c, src/reply_cap.c, src/tenant_kind.c,
-# src/cluster_slots.c) and hiredis: no PGXS, no server. A rebuild happens only when a source is newer than the
+# undefined from its fuzz_NAME.c plus slidewin's pure files (src/transport/redis_url.c,
+# reply_check.c, reply_cap.c, src/sql/tenant_kind.c,
+# src/transport/cluster_slots.c) and hiredis: no PGXS, no server. A rebuild happens only when a source is newer than the
 # build.
 #
 # Each run starts from a scratch copy of test/fuzz/corpus/NAME/, so the
@@ -65,7 +65,7 @@ build=${FUZZ_BUILD:-$here/build}
 artifacts_root=${FUZZ_ARTIFACTS:-$here/artifacts}
 PG_CONFIG=${PG_CONFIG:-pg_config}
 
-pure=(redis_url reply_check reply_cap tenant_kind cluster_slots)
+pure=(transport/redis_url transport/reply_check transport/reply_cap sql/tenant_kind transport/cluster_slots)
 if ((${#targets[@]} == 0)); then
 	for f in "$here"/fuzz_*.c; do
 		[[ -f $f ]] || continue
@@ -99,7 +99,8 @@ fi
 # shellcheck disable=SC2054 # the commas are clang's, not array separators
 cflags=(-g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter -Wno-ignored-attributes
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
-	-I"$repo/src" -I"$server_inc")
+	-I"$server_inc")
+for d in "$repo"/src/*/ "$repo"/src/*/*/; do cflags+=(-I"${d%/}"); done
 
 # newer_than OUT IN...: true when OUT is missing or older than any IN.
 newer_than() {
@@ -113,17 +114,18 @@ newer_than() {
 }
 
 mkdir -p "$build" || exit 1
-headers=("$repo"/src/*.h "$here"/*.h)
+headers=("$repo"/src/*/*.h "$repo"/src/*/*/*.h "$here"/*.h)
 built=0
 for p in "${pure[@]}"; do
-	if newer_than "$build/$p.o" "$repo/src/$p.c" "${headers[@]}" "$0"; then
-		"$cc" "${cflags[@]}" -fsanitize=fuzzer-no-link -c "$repo/src/$p.c" -o "$build/$p.o" || exit 1
+	o=$build/${p##*/}.o
+	if newer_than "$o" "$repo/src/$p.c" "${headers[@]}" "$0"; then
+		"$cc" "${cflags[@]}" -fsanitize=fuzzer-no-link -c "$repo/src/$p.c" -o "$o" || exit 1
 		built=$((built + 1))
 	fi
 done
 for t in "${targets[@]}"; do
 	objs=()
-	for p in "${pure[@]}"; do objs+=("$build/$p.o"); done
+	for p in "${pure[@]}"; do objs+=("$build/${p##*/}.o"); done
 	if newer_than "$build/fuzz_$t" "$here/fuzz_$t.c" "${objs[@]}" "${headers[@]}" "$0"; then
 		"$cc" "${cflags[@]}" -fsanitize=fuzzer "$here/fuzz_$t.c" "${objs[@]}" -lhiredis \
 			-o "$build/fuzz_$t" || exit 1

@@ -219,7 +219,7 @@ $b->query_safe('RESET slidewin.test_now');
 $b->quit;
 
 # --- the refund script is idempotent ------------------------------------------
-my $src = SlidewinTest::src_dir() . '/src/scripts.c';
+my $src = SlidewinTest::src_dir() . '/src/store/redis/scripts.c';
 my $refund_lua = `perl "@{[ SlidewinTest::src_dir() ]}/test/bench/lua_source.pl" "$src" lua_log_refund`;
 ok(length($refund_lua) > 100, 'idempotent: read the refund script');
 sql(q{

@@ -7,7 +7,7 @@
 # default is every test/unit/unit_*.c. Each is a standalone C program with a
 # main(), built with cc, -Wall -Wextra -Werror and AddressSanitizer plus
 # UndefinedBehaviorSanitizer, from its own file, slidewin's pure sources
-# (src/cluster_slots.c, src/redis_url.c, src/reply_cap.c: no PostgreSQL) and
+# (src/transport/cluster_slots.c, redis_url.c, reply_cap.c: no PostgreSQL) and
 # hiredis. No server is started.
 #
 # A test passes when it builds, exits 0 and prints no sanitizer report. Each
@@ -24,9 +24,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 cc=${UNIT_CC:-cc}
-pure=(cluster_slots redis_url reply_cap)
+pure=(transport/cluster_slots transport/redis_url transport/reply_cap)
 cflags=(-g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror
-	-fsanitize=address,undefined -fno-sanitize-recover=undefined -I"$repo/src")
+	-fsanitize=address,undefined -fno-sanitize-recover=undefined)
+for d in "$repo"/src/*/ "$repo"/src/*/*/; do cflags+=(-I"${d%/}"); done
 
 tests=()
 for a in "$@"; do
