@@ -21,10 +21,9 @@
 #include "utils/timestamp.h"
 
 #include "limit.h"
+#include "settings.h"
 #include "ticket.h"
 
-char	   *slidewin_test_now = NULL;
-int			slidewin_test_pause_lock = 0;
 
 /* Unix epoch to PostgreSQL epoch, in microseconds */
 #define UNIX_TO_PG_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)

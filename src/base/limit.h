@@ -58,9 +58,7 @@ typedef struct RlOutcome
 								 * retry_us runs at least to the block's end */
 } RlOutcome;
 
-extern char *slidewin_test_now;
 /* Tests only: an advisory lock key a fallback call waits on before deciding. */
-extern int	slidewin_test_pause_lock;
 
 /*
  * Before a call is decided: the limit it is judged against, as far as the

@@ -71,12 +71,10 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "settings.h"
 #include "stats.h"
 #include "stats_int.h"
 
-bool		slidewin_stats = true;
-int			slidewin_stats_max_rules = 1000;
-int			slidewin_track_keys = 1000;
 
 /* The shared memory; stats_views.c reads it through stats_int.h. */
 StatsShared *stats_shared = NULL;

@@ -15,9 +15,6 @@
 #include "limit.h"
 #include "redis_conn.h"
 
-extern bool slidewin_stats;
-extern int	slidewin_stats_max_rules;
-extern int	slidewin_track_keys;
 
 /* Who gave a call its answer. */
 typedef enum StatsSource

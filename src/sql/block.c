@@ -32,8 +32,8 @@
 
 #include "deny_cache.h"
 #include "fallback_block.h"
-#include "limit.h"
 #include "policy.h"
+#include "settings.h"
 #include "store_redis.h"
 
 #define UNIX_TO_PG_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)

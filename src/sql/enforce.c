@@ -32,34 +32,13 @@
 #include "fallback.h"
 #include "policy.h"
 #include "refund.h"
+#include "settings.h"
 #include "stats.h"
 #include "store_redis.h"
 
 #define ERRCODE_RATE_LIMITED MAKE_SQLSTATE('R','L','4','2','9')
 #define ERRCODE_POSTGREST MAKE_SQLSTATE('P','G','R','S','T')
 
-bool		slidewin_enforce = true;
-int			slidewin_log_denials = -1;
-int			slidewin_error_style = ERROR_STYLE_POSTGRES;
-bool		slidewin_error_show_key = false;
-
-/* -1 means off: no message at all. */
-const struct config_enum_entry log_denials_options[] = {
-	{"off", -1, false},
-	{"debug", DEBUG1, false},
-	{"log", LOG, false},
-	{"info", INFO, false},
-	{"notice", NOTICE, false},
-	{"warning", WARNING, false},
-	{NULL, 0, false}
-};
-
-const struct config_enum_entry error_style_options[] = {
-	{"postgres", ERROR_STYLE_POSTGRES, false},
-	{"postgrest", ERROR_STYLE_POSTGREST, false},
-	{"json", ERROR_STYLE_JSON, false},
-	{NULL, 0, false}
-};
 
 /* "1 minute", "90 seconds", "250 milliseconds": the largest exact unit. */
 static char *

@@ -10,19 +10,6 @@
 #include "limit.h"
 #include "utils/guc.h"
 
-typedef enum ErrorStyle
-{
-	ERROR_STYLE_POSTGRES,
-	ERROR_STYLE_POSTGREST,
-	ERROR_STYLE_JSON
-} ErrorStyle;
-
-extern bool slidewin_enforce;
-extern int	slidewin_log_denials;
-extern int	slidewin_error_style;
-extern bool slidewin_error_show_key;
-extern const struct config_enum_entry log_denials_options[];
-extern const struct config_enum_entry error_style_options[];
 
 /*
  * Charge args->cost units under the failure policy. In shadow mode

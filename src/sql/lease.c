@@ -82,10 +82,9 @@
 #include "compat.h"
 #include "enforce.h"
 #include "lease.h"
-#include "limit.h"
 #include "policy.h"
-#include "redis_conn.h"
 #include "refund.h"
+#include "settings.h"
 #include "stats.h"
 #include "store_redis.h"
 

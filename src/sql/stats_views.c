@@ -34,7 +34,6 @@
 
 #include "compat.h"
 #include "fallback_carry.h"
-#include "limit.h"
 #include "stats_int.h"
 
 PG_FUNCTION_INFO_V1(slidewin_stats_fn);

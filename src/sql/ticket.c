@@ -39,7 +39,7 @@
 
 #include "compat.h"
 #include "fallback.h"
-#include "store_redis.h"
+#include "settings.h"
 #include "ticket.h"
 
 #define TICKET_VERSION 1

@@ -70,9 +70,8 @@
 #include "utils/memutils.h"
 
 #include "deny_cache.h"
-#include "store_redis.h"
+#include "settings.h"
 
-bool		slidewin_deny_cache = true;
 
 /* Shared: generation numbers, one per bucket of key hashes. */
 #define GEN_BUCKETS 4096

@@ -8,7 +8,6 @@
 
 #include "limit.h"
 
-extern bool slidewin_deny_cache;
 
 /* What a call notes before asking the store: the key's generation and clock. */
 typedef struct DenyStamp

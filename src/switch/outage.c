@@ -85,11 +85,10 @@
 #include "fallback_block.h"
 #include "fallback_carry.h"
 #include "outage.h"
+#include "settings.h"
 #include "stats.h"
 #include "store_redis.h"
 
-int			slidewin_outage_keys = 4096;
-bool		slidewin_outage_exact = true;
 
 typedef struct OutageSlot
 {

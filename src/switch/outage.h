@@ -10,9 +10,7 @@
 #include "limit.h"
 #include "redis_conn.h"
 
-extern int	slidewin_outage_keys;
 /* Off: the fallback store and Redis count apart, as before 1.8. */
-extern bool slidewin_outage_exact;
 
 /* Called from _PG_init: sets up shared memory when preloaded. */
 extern void outage_init(void);

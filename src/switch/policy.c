@@ -24,28 +24,10 @@
 #include "misconf.h"
 #include "outage.h"
 #include "policy.h"
+#include "settings.h"
 #include "stats.h"
 #include "store_redis.h"
 
-const struct config_enum_entry policy_options[] = {
-	{"fallback", POLICY_FALLBACK, false},
-	{"allow", POLICY_ALLOW, false},
-	{"deny", POLICY_DENY, false},
-	{"error", POLICY_ERROR, false},
-	{NULL, 0, false}
-};
-
-int			slidewin_on_redis_error = POLICY_FALLBACK;
-int			slidewin_redis_retry_interval = 1000;
-int			slidewin_standby_fallback = POLICY_ERROR;
-
-/* What the fallback policy means on a hot standby, where no store can write. */
-const struct config_enum_entry standby_fallback_options[] = {
-	{"allow", POLICY_ALLOW, false},
-	{"deny", POLICY_DENY, false},
-	{"error", POLICY_ERROR, false},
-	{NULL, 0, false}
-};
 
 int
 policy_from_name(const char *name, const char *argname)

@@ -10,19 +10,6 @@
 #include "redis_conn.h"
 #include "utils/guc.h"
 
-typedef enum FailurePolicy
-{
-	POLICY_FALLBACK,
-	POLICY_ALLOW,
-	POLICY_DENY,
-	POLICY_ERROR
-} FailurePolicy;
-
-extern const struct config_enum_entry policy_options[];
-extern int	slidewin_on_redis_error;
-extern int	slidewin_redis_retry_interval;
-extern int	slidewin_standby_fallback;
-extern const struct config_enum_entry standby_fallback_options[];
 
 /* The policy named by `name`, or the setting when name is NULL. */
 extern int	policy_from_name(const char *name, const char *argname);

@@ -64,14 +64,11 @@
 
 #include "deny_cache.h"
 #include "policy.h"
-#include "redis_conn.h"
 #include "refund.h"
-#include "scripts.h"
+#include "settings.h"
 #include "stats.h"
 #include "store_redis.h"
 
-bool		slidewin_refund_on_abort = false;
-int			slidewin_refund_confirm_timeout = 50;
 int64		refund_done_count = 0;
 int64		refund_dropped_count = 0;
 

@@ -8,9 +8,7 @@
 
 #include "limit.h"
 
-extern bool slidewin_refund_on_abort;
 /* How long an abort waits for Redis to confirm its refunds (ms). */
-extern int	slidewin_refund_confirm_timeout;
 
 extern void refund_init(void);
 

@@ -19,7 +19,7 @@
 #include "utils/timestamp.h"
 
 #include "misconf.h"
-#include "policy.h"
+#include "settings.h"
 
 /* When this backend last warned about each cause (0: never). */
 static TimestampTz warned_at[RC_COUNT];

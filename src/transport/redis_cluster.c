@@ -31,9 +31,9 @@
 #include "utils/timestamp.h"
 
 #include "cluster_slots.h"
-#include "policy.h"
 #include "redis_cluster.h"
 #include "redis_link.h"
+#include "settings.h"
 #include "stats.h"
 
 #define CLUSTER_MAX_REDIRECTS 5

@@ -41,14 +41,11 @@
 #include "redis_conn.h"
 #include "redis_conn_int.h"
 #include "redis_link.h"
-#include "redis_tls.h"
 #include "reply_cap.h"
 #include "reply_check.h"
+#include "settings.h"
 #include "stats.h"
 
-int			slidewin_connect_timeout = 200;
-int			slidewin_command_timeout = 100;
-char	   *slidewin_redis_password_file = NULL;
 
 /*
  * One link per server: a single one for a single server or Sentinel, one

@@ -14,6 +14,7 @@
 #include <hiredis/hiredis.h>
 
 #include "datatype/timestamp.h"
+#include "utils/guc.h"
 #include "redis_url.h"
 
 /* What went wrong with an exchange, from the caller's point of view. */
@@ -55,16 +56,14 @@ typedef struct RedisResult
 	char		message[256];	/* human-readable cause, for errdetail */
 } RedisResult;
 
-extern int	slidewin_connect_timeout;
-extern int	slidewin_command_timeout;
 
 /* Changes whenever the place slidewin connects to changes. */
 extern uint64 redis_target_generation;
 
-extern char *slidewin_redis_password_file;
-extern char *slidewin_redis_sentinel_password;
 
 extern void redis_set_target(const RedisTarget *target);
+/* slidewin.redis_url's check hook: the URL parsed into *extra. */
+extern bool redis_check_url_setting(char **newval, void **extra, GucSource source);
 extern void redis_credentials_changed(void);
 
 /*

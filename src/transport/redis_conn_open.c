@@ -30,11 +30,9 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "redis_conn.h"
 #include "redis_conn_int.h"
 #include "redis_link.h"
-#include "redis_tls.h"
-#include "reply_check.h"
+#include "settings.h"
 
 /* Run a set-up command (AUTH, SELECT) right after connecting. */
 bool

@@ -20,7 +20,7 @@
 
 #include "redis_link.h"
 #include "redis_probe.h"
-#include "redis_tls.h"
+#include "settings.h"
 
 static void
 probe_init(RedisProbe *p, const char *host, int port)

@@ -18,9 +18,10 @@
 #include "common/hashfn.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "redis_cluster.h"
-#include "redis_conn.h"
 #include "redis_link.h"
+#include "settings.h"
 
 RedisTarget redis_target;
 bool		redis_target_set = false;
@@ -31,6 +32,41 @@ static bool in_routed_hook = false;
 
 /* Bumped whenever the target changes, so that callers can tell (see policy.c). */
 uint64		redis_target_generation = 0;
+
+/*
+ * The messages never repeat the value: it may hold a password, and the
+ * default message of a failed check would print it to the client and log.
+ */
+bool
+redis_check_url_setting(char **newval, void **extra, GucSource source)
+{
+	RedisTarget *t;
+	const char *why = NULL;
+
+	t = (RedisTarget *) slidewin_guc_malloc(sizeof(RedisTarget));
+	if (t == NULL)
+		return false;
+	if (!redis_parse_url(*newval, t, &why))
+	{
+		slidewin_guc_free(t);
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errmsg("invalid value for parameter \"slidewin.redis_url\"");
+		GUC_check_errdetail("%s", why);
+		return false;
+	}
+	if (t->password[0] != '\0' && settings_source_is_catalog(source))
+	{
+		explicit_bzero(t, sizeof(RedisTarget));
+		slidewin_guc_free(t);
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errmsg("slidewin.redis_url must not contain a password here");
+		GUC_check_errdetail("Values set with ALTER ROLE, ALTER DATABASE or a function's SET clause are stored in catalogs that every role can read.");
+		GUC_check_errhint("Put the password in the file named by slidewin.redis_password_file, or set the URL in postgresql.conf.");
+		return false;
+	}
+	*extra = t;
+	return true;
+}
 
 /* The credentials may have changed: the next call connects and logs in anew. */
 void
@@ -84,7 +120,6 @@ redis_target_is_cluster(void)
  * whole discovery as one attempt.
  * ---------------------------------------------------------------------
  */
-char	   *slidewin_redis_sentinel_password = NULL;
 static int	sentinel_first = 0;
 
 /*

@@ -38,18 +38,8 @@
 #include "utils/guc.h"
 
 #include "redis_tls.h"
+#include "settings.h"
 
-char	   *slidewin_redis_tls_ca_file = NULL;
-char	   *slidewin_redis_tls_cert_file = NULL;
-char	   *slidewin_redis_tls_key_file = NULL;
-int			slidewin_redis_tls_verify = TLS_VERIFY_FULL;
-
-const struct config_enum_entry tls_verify_options[] = {
-	{"full", TLS_VERIFY_FULL, false},
-	{"ca", TLS_VERIFY_CA, false},
-	{"none", TLS_VERIFY_NONE, false},
-	{NULL, 0, false}
-};
 
 static SSL_CTX *client_ctx = NULL;
 

@@ -19,18 +19,6 @@
 
 typedef struct ssl_st SSL;
 
-typedef enum TlsVerify
-{
-	TLS_VERIFY_NONE,
-	TLS_VERIFY_CA,				/* the chain, not the name */
-	TLS_VERIFY_FULL				/* the chain and the host name */
-} TlsVerify;
-
-extern char *slidewin_redis_tls_ca_file;
-extern char *slidewin_redis_tls_cert_file;
-extern char *slidewin_redis_tls_key_file;
-extern int	slidewin_redis_tls_verify;
-extern const struct config_enum_entry tls_verify_options[];
 
 /* A setting changed: the next session is made from a new context. */
 extern void tls_settings_changed(void);

@@ -52,7 +52,7 @@
 #include "fallback_block.h"
 #include "fallback_carry.h"
 #include "outage.h"
-#include "store_redis.h"
+#include "settings.h"
 
 #define CA_ATT_KEY 1
 #define CA_ATT_PLEN 2

@@ -21,6 +21,7 @@
 #include "fallback_carry.h"
 #include "fallback_int.h"
 #include "outage.h"
+#include "settings.h"
 
 /* Totals restart once a key's window is empty and they have grown this far. */
 #define TOTAL_RESTART (INT64CONST(1) << 62)

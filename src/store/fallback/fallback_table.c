@@ -33,7 +33,7 @@
 #include "fallback.h"
 #include "fallback_block.h"
 #include "fallback_int.h"
-#include "store_redis.h"
+#include "settings.h"
 
 /* Distinguishes our lock tags from user advisory locks (which use 1 and 2). */
 #define FALLBACK_LOCK_CLASS 0x5357

@@ -84,6 +84,7 @@
  * it uses.
  */
 #include "lua_scripts.h"
+#include "settings.h"
 
 #define LUA_PRELUDE LUA_PRELUDE_BASE LUA_PRELUDE_LOG
 
@@ -250,7 +251,6 @@ script_command(ScriptId id, bool eval, int nkeys, const char **keys,
  * state (keep, bkeep, clock_s) lives as long as the library, so each
  * function resets it first.
  */
-bool		slidewin_redis_functions = true;
 
 static char *library;
 static size_t library_len;

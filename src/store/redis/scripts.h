@@ -28,7 +28,6 @@ typedef enum ScriptId
 } ScriptId;
 
 /* slidewin.redis_functions: FCALL where the server has functions */
-extern bool slidewin_redis_functions;
 
 #define MAX_SCRIPT_ARGS 24
 /* Room for EVALSHA, the SHA1, numkeys, up to 4 keys and the arguments. */

@@ -22,10 +22,9 @@
 #include "lib/stringinfo.h"
 
 #include "misconf.h"
-#include "scripts.h"
+#include "settings.h"
 #include "store_redis.h"
 
-char	   *slidewin_key_prefix = NULL;
 
 /*
  * FNV-1a, 32 bits: fixed by its definition, so that every server computes

@@ -10,7 +10,6 @@
 #include "reply_check.h"
 #include "scripts.h"
 
-extern char *slidewin_key_prefix;
 
 /*
  * Each returns true with *o filled in, or false when Redis cannot answer now
