@@ -11,6 +11,9 @@
 
 #include "algorithm.h"
 
+/* Unix microseconds (the stores' clock) to a timestamptz, and back: add, subtract. */
+#define UNIX_TO_PG_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
+
 /* Keys longer than this are refused, so that one call cannot bloat Redis. */
 #define RL_MAX_KEY_BYTES 1024
 /* Running totals travel through Redis Lua as doubles: keep them exact. */
@@ -81,8 +84,6 @@ extern void limit_set_cost(int64 cost, RlArgs *args);
 /* The algorithm named `name` (NULL: sliding_log); 22023 listing the names. */
 extern RlAlgorithm limit_algorithm(const char *name);
 extern const char *limit_algorithm_name(RlAlgorithm a);
-extern Datum limit_result_datum(FunctionCallInfo fcinfo, const RlArgs *args,
-								const RlOutcome *o);
 
 /* The test clock as Unix microseconds; false when slidewin.test_now is off. */
 extern bool limit_test_clock(int64 *now_us);

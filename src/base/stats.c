@@ -297,12 +297,12 @@ stats_redis_rtt(int64 us)
 }
 
 void
-stats_redis_failed(RedisStatus status)
+stats_redis_failed(bool timed_out)
 {
 	if (!stats_on())
 		return;
 	bump(C_REDIS_ERRORS, 1);
-	if (status == RS_FAIL_TIMEOUT)
+	if (timed_out)
 		bump(C_REDIS_TIMEOUTS, 1);
 }
 

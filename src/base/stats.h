@@ -13,7 +13,6 @@
 #define SLIDEWIN_STATS_H
 
 #include "limit.h"
-#include "redis_conn.h"
 
 
 /* Who gave a call its answer. */
@@ -31,7 +30,7 @@ extern void stats_init(void);
 extern void stats_count_call(const RlArgs *args, const RlOutcome *o, StatsSource source);
 
 /* Redis could not answer a call (it goes to the failure policy). */
-extern void stats_redis_failed(RedisStatus status);
+extern void stats_redis_failed(bool timed_out);
 extern void stats_breaker_trip(void);
 extern void stats_reconnect(void);
 extern void stats_refund(bool done);

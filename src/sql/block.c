@@ -36,7 +36,6 @@
 #include "settings.h"
 #include "store_redis.h"
 
-#define UNIX_TO_PG_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
 
 PG_FUNCTION_INFO_V1(slidewin_block);
 PG_FUNCTION_INFO_V1(slidewin_unblock);

@@ -34,6 +34,7 @@
 #include "policy.h"
 #include "redis_tls.h"
 #include "refund.h"
+#include "result.h"
 #include "settings.h"
 #include "stats.h"
 #include "store_redis.h"
@@ -167,7 +168,7 @@ slidewin_attempt(PG_FUNCTION_ARGS)
 	RlOutcome	o;
 
 	do_attempt(fcinfo, &args, &o);
-	return limit_result_datum(fcinfo, &args, &o);
+	return result_datum(fcinfo, &args, &o);
 }
 
 Datum
@@ -189,7 +190,7 @@ slidewin_enforce_fn(PG_FUNCTION_ARGS)
 	do_attempt(fcinfo, &args, &o);
 	if (!o.allowed)
 		enforce_raise_denied(&args, &o);
-	return limit_result_datum(fcinfo, &args, &o);
+	return result_datum(fcinfo, &args, &o);
 }
 
 /* rl_wait(key, lim, win, cost, timeout, on_redis_error, refund_on_abort, algorithm) */
@@ -216,7 +217,7 @@ slidewin_wait(PG_FUNCTION_ARGS)
 				 errmsg("argument \"timeout\" must be between 0 and 366 days, without months")));
 	enforce_wait(&args, policy_from_name(opt_text(fcinfo, 5), "on_redis_error"),
 				 opt_refund(fcinfo, 6), timeout_us, &o);
-	return limit_result_datum(fcinfo, &args, &o);
+	return result_datum(fcinfo, &args, &o);
 }
 
 /* rl_peek(key, lim, win, on_redis_error, algorithm) */
@@ -231,7 +232,7 @@ slidewin_peek(PG_FUNCTION_ARGS)
 	limit_outcome_judged(&args, &o);
 	policy_run(policy_from_name(opt_text(fcinfo, 3), "on_redis_error"), &args, &o,
 			   redis_store_peek, fallback_peek);
-	return limit_result_datum(fcinfo, &args, &o);
+	return result_datum(fcinfo, &args, &o);
 }
 
 /* rl_attempt_multi(key, lims, wins, cost, on_redis_error, refund_on_abort) */
@@ -244,7 +245,7 @@ slidewin_attempt_multi(PG_FUNCTION_ARGS)
 	limit_check_multi(fcinfo, &args);
 	enforce_charge(&args, policy_from_name(opt_text(fcinfo, 4), "on_redis_error"),
 				   opt_refund(fcinfo, 5), &o);
-	return limit_result_datum(fcinfo, &args, &o);
+	return result_datum(fcinfo, &args, &o);
 }
 
 /*
@@ -382,7 +383,7 @@ slidewin_penalize(PG_FUNCTION_ARGS)
 		p.entry_ts = o.entry_ts;
 		p.store = o.store;		/* the ticket names the store that recorded it */
 	}
-	return limit_result_datum(fcinfo, &args, &p);
+	return result_datum(fcinfo, &args, &p);
 }
 
 /*

@@ -84,7 +84,7 @@ void
 policy_redis_failed(const RedisResult *r)
 {
 	misconf_warn(r);
-	stats_redis_failed(r->status);
+	stats_redis_failed(r->status == RS_FAIL_TIMEOUT);
 	/* Under Cluster the breakers are per node (redis_cluster.c). */
 	if (!redis_target_is_cluster() && slidewin_redis_retry_interval > 0)
 		stats_breaker_trip();

@@ -38,7 +38,6 @@
 /* Distinguishes our lock tags from user advisory locks (which use 1 and 2). */
 #define FALLBACK_LOCK_CLASS 0x5357
 
-#define UNIX_TO_PG_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
 
 FbTable fallback_tables[TBL_COUNT] = {
 	{"rl_fallback_log", {"rl_fallback_log_key_ts", "rl_fallback_log_key_total", "rl_fallback_log_expires"}, FB_NATTS},

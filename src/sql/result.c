@@ -1,0 +1,80 @@
+/*-------------------------------------------------------------------------
+ *
+ * result.c
+ *		The rl_result row a call returns, its ticket included.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "result.h"
+#include "ticket.h"
+
+static Interval *
+interval_of_us(int64 us)
+{
+	Interval   *i = (Interval *) palloc(sizeof(Interval));
+
+	i->time = us;
+	i->day = 0;
+	i->month = 0;
+	return i;
+}
+
+/*
+ * The rl_result row. Its type gained lim and win in 1.6 and ticket in 1.7;
+ * a database not yet updated has the columns of before, and gets those.
+ */
+Datum
+result_datum(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o)
+{
+	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
+	Datum		values[8];
+	bool		nulls[8] = {false, false, false, false, false, false, false, true};
+
+	/* The row type is looked up once per call site, not once per call. */
+	if (tupdesc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+		fcinfo->flinfo->fn_extra = tupdesc;
+		MemoryContextSwitchTo(old);
+	}
+
+	values[0] = BoolGetDatum(o->allowed);
+	values[1] = Int64GetDatum(o->remaining);
+	nulls[1] = nulls[3] = !o->known;
+	values[2] = IntervalPGetDatum(interval_of_us(o->retry_us));
+	values[3] = TimestampTzGetDatum(o->reset_at_us - UNIX_TO_PG_US);
+	values[4] = CStringGetTextDatum(o->store);
+	if (tupdesc->natts >= 7)
+	{
+		nulls[5] = nulls[6] = o->lim < 0;
+		values[5] = Int64GetDatum(o->lim);
+		values[6] = IntervalPGetDatum(interval_of_us(o->win_us));
+	}
+	else if (tupdesc->natts != 5)
+		elog(ERROR, "rl_result has %d columns, not 5, 7 or 8", tupdesc->natts);
+	if (tupdesc->natts >= 8)
+	{
+		char	   *ticket = ticket_make(args, o);
+
+		nulls[7] = ticket == NULL;
+		if (ticket)
+			values[7] = CStringGetTextDatum(ticket);
+	}
+	else if (tupdesc->natts != 5 && tupdesc->natts != 7)
+		elog(ERROR, "rl_result has %d columns, not 5, 7 or 8", tupdesc->natts);
+
+	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+}
+
