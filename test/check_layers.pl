@@ -1,7 +1,8 @@
 #!/usr/bin/env perl
 # check_layers.pl [--layers FILE] [SRC]: the house rules of src/, read from
 # the code itself. A unit is a .c file and the .h of the same name beside
-# it. A unit depends on another when one of its files includes a header of
+# it, with its NAME_int.h if it has one: what it shares with the files of
+# its own folder, which no file of another folder may include. A unit depends on another when one of its files includes a header of
 # the other ("name.h" includes only; system and PostgreSQL headers are not
 # ours), or when its object file uses a symbol the other's object defines
 # (nm: undefined symbols against defined ones). Build first (make all): a
@@ -66,7 +67,14 @@ find(
 	},
 	$src);
 @files = sort @files;
-sub unit_name { my ($f) = @_; $f =~ s/\.[ch]$//; return $f }
+sub unit_name
+{
+	my ($f) = @_;
+	$f =~ s/\.[ch]$//;
+	# NAME_int.h belongs to NAME.c: what it shares with its own folder only
+	$f =~ s/_int$// if $f =~ /_int$/ && -f "$src/" . substr($f, 0, -4) . ".c";
+	return $f;
+}
 sub layer_of
 {
 	my ($u) = @_;
@@ -97,6 +105,8 @@ for my $f (@files)
 		}
 		next unless defined $target;    # not ours
 		my ($a, $b) = (unit_name($f), unit_name($target));
+		push @breaches, "private: $f includes $h, which is for the files of " . dirname($target) . " only"
+		  if $target =~ /_int\.h$/ && dirname($target) ne dirname($f);
 		next if $a eq $b;
 		push @{ $deps{$a}{$b} }, "$f includes $h";
 	}

@@ -51,7 +51,7 @@
  * This file is the sink: every layer bumps these counters, so it includes
  * nothing above the base layer and formats no SQL result. The functions
  * behind the views, which read the counters and reset them, are in
- * stats_views.c; the layout of shared memory they share is in stats_int.h.
+ * stats_views.c; the layout of shared memory they share is in stats_shared.h.
  *
  *-------------------------------------------------------------------------
  */
@@ -73,10 +73,10 @@
 #include "compat.h"
 #include "settings.h"
 #include "stats.h"
-#include "stats_int.h"
+#include "stats_shared.h"
 
 
-/* The shared memory; stats_views.c reads it through stats_int.h. */
+/* The shared memory; stats_views.c reads it through stats_shared.h. */
 StatsShared *stats_shared = NULL;
 char	   *stats_slots_base = NULL;
 RuleEntry  *stats_rules = NULL;

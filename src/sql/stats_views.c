@@ -6,7 +6,7 @@
  *		rl_stats_reset.
  *
  * They read the counters that stats.c keeps in shared memory, through
- * stats_int.h and under the locks that stats.c's header comment describes,
+ * stats_shared.h and under the locks that stats.c's header comment describes,
  * and turn them into rows. Nothing here adds to a counter: a call's answer
  * is counted through stats.h, by the layer that gave it. This file belongs
  * to the SQL surface, so it may include what the sink may not, such as
@@ -34,7 +34,7 @@
 
 #include "compat.h"
 #include "fallback_carry.h"
-#include "stats_int.h"
+#include "stats_shared.h"
 
 PG_FUNCTION_INFO_V1(slidewin_stats_fn);
 PG_FUNCTION_INFO_V1(slidewin_slot_stats_fn);

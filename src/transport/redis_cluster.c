@@ -32,7 +32,7 @@
 
 #include "cluster_slots.h"
 #include "redis_cluster.h"
-#include "redis_link.h"
+#include "redis_conn_open.h"
 #include "settings.h"
 #include "stats.h"
 

@@ -40,11 +40,14 @@
 #include "compat.h"
 #include "redis_conn.h"
 #include "redis_conn_int.h"
-#include "redis_link.h"
 #include "reply_cap.h"
 #include "reply_check.h"
 #include "settings.h"
 #include "stats.h"
+
+/* Where slidewin.redis_url points: set by redis_set_target (redis_route.c). */
+RedisTarget redis_target;
+bool		redis_target_set = false;
 
 
 /*

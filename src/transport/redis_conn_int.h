@@ -48,4 +48,55 @@ extern RedisConn *redis_cur;
 /* Wait on the current link's socket, latch-aware, until deadline (redis_conn.c). */
 extern WaitOutcome redis_wait_socket(uint32 events, TimestampTz deadline);
 
+/*
+ * The links, as the files of the transport drive them: one connection to
+ * one server each. Every wait on a link is latch-aware and bounded by the
+ * deadline given or by slidewin.command_timeout; failures come back in a
+ * RedisResult whose message names the server.
+ */
+
+/* Where slidewin.redis_url points (redis_route.c sets it). */
+extern RedisTarget redis_target;
+extern bool redis_target_set;
+
+/* Links a backend may hold: one per cluster node at most. */
+#define REDIS_MAX_LINKS REDIS_MAX_LINK_COUNT
+
+/*
+ * One more link, beside those: rl_check's, which opens a connection of its
+ * own to each server it checks, leaving the backend's as they are.
+ */
+#define REDIS_PROBE_LINK REDIS_MAX_LINKS
+
+/* Which link the functions below act on (0: the only one outside Cluster). */
+extern void redis_link_select(int i);
+extern int	redis_link_current(void);
+
+/* What the last opening of the current link learnt (for rl_check). */
+typedef struct RedisLinkState
+{
+	bool		reached;		/* the socket connected (TLS aside) */
+	bool		tls;			/* a TLS session is open */
+	const char *version;		/* HELLO's version, "" when not known */
+	const char *role;			/* HELLO's role, "" when not known */
+} RedisLinkState;
+
+extern void redis_link_state(RedisLinkState *state);
+extern bool redis_link_is_open(void);
+/* The file descriptor budget: one slot for the backend's connection. */
+extern bool redis_link_reserve_fd(RedisResult *result);
+/* The connection is set up; it gets a new number (redis_connection_id). */
+extern void redis_link_opened(void);
+extern void redis_link_close(void);
+/* Close the current link and release its file descriptor slot. */
+extern void redis_link_drop(void);
+
+/* One command and its reply; on anything but a reply, close the link. */
+extern RedisStatus redis_link_exchange(int argc, const char **argv,
+									   const size_t *argvlen, TimestampTz deadline,
+									   RedisResult *result);
+
+extern void redis_link_message(RedisResult *result, RedisStatus status,
+							   const char *what, const char *detail);
+
 #endif

@@ -31,7 +31,7 @@
 
 #include "compat.h"
 #include "redis_conn_int.h"
-#include "redis_link.h"
+#include "redis_conn_open.h"
 #include "settings.h"
 
 /* Run a set-up command (AUTH, SELECT) right after connecting. */

@@ -18,7 +18,7 @@
 
 #include "utils/timestamp.h"
 
-#include "redis_link.h"
+#include "redis_conn_open.h"
 #include "redis_probe.h"
 #include "settings.h"
 

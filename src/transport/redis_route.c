@@ -20,11 +20,9 @@
 
 #include "compat.h"
 #include "redis_cluster.h"
-#include "redis_link.h"
+#include "redis_conn_open.h"
 #include "settings.h"
 
-RedisTarget redis_target;
-bool		redis_target_set = false;
 static uint32 current_target_id = 0;
 static RedisPipelineHook pipeline_hook = NULL;
 static RedisPipelineHook routed_hook = NULL;

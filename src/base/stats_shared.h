@@ -1,15 +1,15 @@
 /*
- * stats_int.h
- *		Internal to the statistics: the layout of the shared memory that the
- *		sink counts into (stats.c) and the SQL functions behind the views
- *		read and reset (stats_views.c).
+ * stats_shared.h
+ *		The layout of the statistics' shared memory: the sink counts into it
+ *		(base/stats.c), and the SQL functions behind the views read and
+ *		reset it (sql/stats_views.c).
  *
  * Only those two files include this header; every other file bumps the
  * counters through stats.h and must not touch these structures. The
  * locking rules are in stats.c's header comment.
  */
-#ifndef SLIDEWIN_STATS_INT_H
-#define SLIDEWIN_STATS_INT_H
+#ifndef SLIDEWIN_STATS_SHARED_H
+#define SLIDEWIN_STATS_SHARED_H
 
 #include "port/atomics.h"
 #include "storage/lwlock.h"
