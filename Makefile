@@ -96,12 +96,11 @@ bench: deps
 	$(MAKE) install
 	@bash test/bench/run.sh
 
-# The house rules of src/ (src/LAYERS): nothing depends upward, no circles
-# of units, read from the includes and the objects' symbols
-# (test/check_layers.pl). Not yet part of make test: the circle it reports
-# is what issue 36's layer folders remove.
+# The house rules of src/ (src/LAYERS): nothing depends upward or sideways,
+# no circles of units, read from the includes and the objects' symbols
+# (test/check_layers.pl). make test runs it too (test/run_all.sh, "layers").
 check-layers: all
-	@perl test/check_layers.pl src
+	@perl test/check_layers.pl --strict src
 
 # The exactness soak of make test's TAP 140_soak, for longer (test/soak.sh).
 soak: deps

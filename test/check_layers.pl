@@ -1,5 +1,5 @@
 #!/usr/bin/env perl
-# check_layers.pl [--layers FILE] [SRC]: the house rules of src/, read from
+# check_layers.pl [--layers FILE] [--strict] [SRC]: the house rules of src/, read from
 # the code itself. A unit is a .c file and the .h of the same name beside
 # it, with its NAME_int.h if it has one: what it shares with the files of
 # its own folder, which no file of another folder may include. A unit depends on another when one of its files includes a header of
@@ -7,7 +7,7 @@
 # ours), or when its object file uses a symbol the other's object defines
 # (nm: undefined symbols against defined ones). Build first (make all): a
 # unit whose object is missing is checked by its includes alone, and said
-# so.
+# so (--strict: a breach, as make test has built everything first).
 #
 # The layer of a unit is the folder it lives in, ordered from the ground up
 # by the layers file (default SRC/LAYERS: one layer a line, '#' comments;
@@ -25,11 +25,13 @@ use File::Basename qw(dirname basename);
 use File::Find;
 use File::Spec;
 
-my $layers_file;
-if (@ARGV >= 2 && $ARGV[0] eq '--layers')
+my ($layers_file, $strict);
+while (@ARGV && $ARGV[0] =~ /^--/)
 {
-	shift @ARGV;
-	$layers_file = shift @ARGV;
+	my $opt = shift @ARGV;
+	if ($opt eq '--layers') { $layers_file = shift @ARGV }
+	elsif ($opt eq '--strict') { $strict = 1 }
+	else { die "usage: check_layers.pl [--layers FILE] [--strict] [SRC]\n" }
 }
 my $src = shift(@ARGV) // 'src';
 $src =~ s{/+$}{};
@@ -207,8 +209,14 @@ for my $c (@sccs)
 	push @breaches, sprintf("circle of %d units: %s\n%s", scalar(@$c), join(', ', @$c), join("\n", @why));
 }
 
-print "check_layers: no object for " . join(', ', @no_object) . " (run make first); checked by includes only\n"
-  if @no_object;
+if (@no_object && $strict)
+{
+	push @breaches, "no object for $_ (run make first)" for @no_object;
+}
+elsif (@no_object)
+{
+	print "check_layers: no object for " . join(', ', @no_object) . " (run make first); checked by includes only\n";
+}
 print "$_\n" for @breaches;
 printf "check_layers: %d units in %d layers (%s), %d breaches\n", scalar(keys %units), scalar(@layers),
   join(' < ', @lines), scalar(@breaches);

@@ -14,10 +14,12 @@
 #               built and run by test/unit/run.sh; no server
 #   luacheck    the Lua scripts (src/store/redis/lua) as Redis runs them, linted by
 #               test/luacheck.sh with luacheck (package lua-check); no server
+#   layers      the layer rules of src/ (src/LAYERS) checked by
+#               test/check_layers.pl on the objects just built; no server
 #
 # Every regression test, isolation spec, TAP file, fuzz target
 # (test/fuzz/fuzz_*.c, a short run of each) and unit test counts as one
-# test, and so does luacheck, and so do the log scan and the benchmark smoke run (test/bench/run.sh
+# test, and so do luacheck and layers, and so do the log scan and the benchmark smoke run (test/bench/run.sh
 # --smoke).  A
 # test passes only when its runner says so; one that did not run is a
 # failure, and so is a harness step that could not run (a server that does
@@ -204,7 +206,7 @@ mapfile -t isolation_tests < <(list_names "$repo/test/isolation/specs" .spec)
 mapfile -t tap_tests < <(list_names "$repo/test/t" .pl)
 mapfile -t fuzz_targets < <(list_names "$repo/test/fuzz" .c | grep '^fuzz_')
 mapfile -t unit_tests < <(list_names "$repo/test/unit" .c | grep '^unit_')
-lint_tests=(luacheck)
+lint_tests=(luacheck layers)
 if [[ $run_label == cluster ]]; then
 	# The cluster pass: the suites that use the shared servers, now against a
 	# Redis Cluster. The TAP scripts start their own servers, each for the
@@ -482,7 +484,9 @@ run_unit_tests() {
 # test/luacheck.sh lints every script as Redis runs it (src/store/redis/lua, put together
 # as src/store/redis/scripts.c does); one test. No server.
 run_luacheck() {
-	(($# > 0)) || return 0
+	local t found=0
+	for t in "$@"; do [[ $t == luacheck ]] && found=1; done
+	((found)) || return 0
 	banner "luacheck"
 	if bounded "$work/luacheck.log" 120 bash "$repo/test/luacheck.sh"; then
 		tail -n 1 "$work/luacheck.log"
@@ -493,12 +497,30 @@ run_luacheck() {
 	fi
 }
 
+# ---- layers ---------------------------------------------------------------------
+# test/check_layers.pl: the house rules of src/ (src/LAYERS), read from the
+# includes and from the symbols of the objects make built; one test.
+run_layers() {
+	local t found=0
+	for t in "$@"; do [[ $t == layers ]] && found=1; done
+	((found)) || return 0
+	banner "layers"
+	if bounded "$work/layers.log" 120 perl "$repo/test/check_layers.pl" --strict "$repo/src"; then
+		tail -n 1 "$work/layers.log"
+		pass
+	else
+		print_capped "$work/layers.log" 200
+		fail "layers"
+	fi
+}
+
 # An inner pass (valkey, sanitize) tests the server side again; the fuzzers,
 # unit tests and lint ran once already.
 if [[ -z $run_label ]]; then
 	run_fuzz_targets "${fuzz_targets[@]}"
 	run_unit_tests "${unit_tests[@]}"
 	run_luacheck "${lint_tests[@]}"
+	run_layers "${lint_tests[@]}"
 fi
 
 # ---- server logs ----------------------------------------------------------------

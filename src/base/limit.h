@@ -59,6 +59,8 @@ typedef struct RlOutcome
 								 * fallback ts), for its ticket; -1 when none */
 	bool		blocked;		/* denied because the key is blocked (rl_block);
 								 * retry_us runs at least to the block's end */
+	int64		carry_units;	/* fallback: units it wrote for Redis to learn of
+								 * (fallback_carry.c), for the switch to wait on */
 } RlOutcome;
 
 /* Tests only: an advisory lock key a fallback call waits on before deciding. */

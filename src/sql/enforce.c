@@ -30,6 +30,7 @@
 #include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
+#include "outage.h"
 #include "policy.h"
 #include "refund.h"
 #include "settings.h"
@@ -140,7 +141,7 @@ charge_call(const RlArgs *args, int policy, bool refund, bool log, RlOutcome *o)
 		DenyStamp	stamp;
 
 		deny_cache_stamp(&a, &stamp);
-		policy_run(policy, &a, o, redis_store_attempt, fallback_attempt);
+		policy_run(policy, &a, o, redis_store_attempt, outage_fallback_attempt);
 		deny_cache_remember(&a, &stamp, o);
 		source = o->store[0] == 'r' ? STATS_REDIS :
 			o->store[0] == 'f' ? STATS_FALLBACK : STATS_POLICY;

@@ -231,7 +231,7 @@ slidewin_peek(PG_FUNCTION_ARGS)
 	args.algorithm = limit_algorithm(opt_text(fcinfo, 4));
 	limit_outcome_judged(&args, &o);
 	policy_run(policy_from_name(opt_text(fcinfo, 3), "on_redis_error"), &args, &o,
-			   redis_store_peek, fallback_peek);
+			   redis_store_peek, outage_fallback_peek);
 	return result_datum(fcinfo, &args, &o);
 }
 
@@ -369,7 +369,7 @@ slidewin_penalize(PG_FUNCTION_ARGS)
 	charge = args;
 	charge.lim = Max(args.lim, cost);
 	limit_outcome_judged(&charge, &o);
-	policy_run(policy, &charge, &o, redis_store_attempt, fallback_attempt);
+	policy_run(policy, &charge, &o, redis_store_attempt, outage_fallback_attempt);
 	/* cached denials of the key may now say too little */
 	deny_cache_invalidate(deny_cache_key_hash(args.key, args.keylen));
 
@@ -377,7 +377,7 @@ slidewin_penalize(PG_FUNCTION_ARGS)
 	peek.cost = 1;
 	peek.force = false;
 	limit_outcome_judged(&peek, &p);
-	policy_run(policy, &peek, &p, redis_store_peek, fallback_peek);
+	policy_run(policy, &peek, &p, redis_store_peek, outage_fallback_peek);
 	if (o.entry_ts >= 0)
 	{
 		p.entry_ts = o.entry_ts;
@@ -402,7 +402,10 @@ slidewin_reset(PG_FUNCTION_ARGS)
 	limit_check_key(fcinfo, 0, &args);
 	/* A standby's fallback store is empty, and cannot be written. */
 	if (!RecoveryInProgress())
+	{
 		fallback_reset(&args);
+		outage_forget(&args);
+	}
 	if (policy_redis_may_be_tried(&r))
 	{
 		done = redis_store_reset(&args, &r);

@@ -461,7 +461,7 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 }
 
 bool
-outage_seed(const RlArgs *args, OutageSeed *seed)
+outage_seed(const RlArgs *args, FallbackSeed *seed)
 {
 	uint64		kh;
 	OutageSlot *slot;
@@ -517,6 +517,33 @@ outage_forget(const RlArgs *args)
 	if (slot->keyhash == kh)
 		slot->keyhash = 0;
 	SpinLockRelease(&slot->mutex);
+}
+
+/*
+ * A call decided by the fallback store: what Redis had counted for the key
+ * goes in with it (the seed, read once per call, before the key's lock is
+ * taken: an older answer than the newest only counts fewer of this
+ * database's rows as carried), and what it wrote for Redis to learn of is
+ * then waited for by carries of the key (outage_fallback_wrote).
+ */
+void
+outage_fallback_attempt(const RlArgs *args, RlOutcome *o)
+{
+	FallbackSeed seed;
+
+	(void) outage_seed(args, &seed);
+	fallback_attempt(args, &seed, o);
+	if (o->carry_units > 0)
+		outage_fallback_wrote(args, o->carry_units);
+}
+
+void
+outage_fallback_peek(const RlArgs *args, RlOutcome *o)
+{
+	FallbackSeed seed;
+
+	(void) outage_seed(args, &seed);
+	fallback_peek(args, &seed, o);
 }
 
 /*

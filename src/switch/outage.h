@@ -33,24 +33,23 @@ extern void outage_answered(void);
 extern void outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o);
 
 /*
- * What Redis last counted for the key and window on this server: `units`
- * spent until frees_at, counting every fallback row up to seen_at (all on
- * the fallback store's clock). False when nothing is kept for it.
+ * What Redis last counted for the key and window on this server, for the
+ * fallback store to add to its own rows (FallbackSeed, fallback.h). False
+ * when nothing is kept for it.
  */
-typedef struct OutageSeed
-{
-	bool		found;
-	int64		seen_at;
-	int64		carried_to;		/* rows of this database before it are in
-								 * Redis's units; PG_INT64_MIN: none known */
-	int64		units;
-	int64		frees_at;
-} OutageSeed;
-
-extern bool outage_seed(const RlArgs *args, OutageSeed *seed);
+extern bool outage_seed(const RlArgs *args, FallbackSeed *seed);
 
 /* rl_reset: what Redis had counted for the key no longer holds. */
 extern void outage_forget(const RlArgs *args);
+
+/*
+ * The fallback store's side of policy_run (policy.h's FallbackOp): the call
+ * decided by the fallback store, on top of what Redis had counted for the
+ * key (outage_seed); an admission it wrote for Redis to learn of is waited
+ * for by the carry of the key (outage_fallback_wrote).
+ */
+extern void outage_fallback_attempt(const RlArgs *args, RlOutcome *o);
+extern void outage_fallback_peek(const RlArgs *args, RlOutcome *o);
 
 /*
  * The fallback store wrote the row of an admission (cost units) that Redis

@@ -68,65 +68,18 @@
 #include "fallback.h"
 #include "fallback_block.h"
 #include "fallback_carry.h"
-#include "fallback_int.h"
-#include "outage.h"
+#include "fallback_counter.h"
+#include "fallback_head.h"
+#include "fallback_log.h"
 
-static void fallback_peek_unblocked(const RlArgs *args, RlOutcome *o);
+static void fallback_peek_unblocked(const RlArgs *args, const FallbackSeed *seed,
+									RlOutcome *o);
 
-/*
- * Per table, for this backend: the expiry below which the rows have been
- * swept already (or left to another deleter), so that a sweep starts there
- * instead of stepping over the index entries of every row deleted since the
- * last VACUUM. Rows are written with an expiry after the clock, so none can
- * appear below it later, unless the clock goes back (slidewin.test_now),
- * which starts the sweep from the beginning again.
- */
-static int64 swept_to[TBL_COUNT];
-
-/*
- * Delete up to `want` rows of any key whose window ended before now, looking
- * at no more than SWEEP_MAX_VISITS candidates. Returns true if it stopped
- * at one of those bounds, that is, if expired rows may remain.
- */
-bool
-fallback_sweep_rows(FbScan *s, int64 now, int want)
+void
+fallback_init(void)
 {
-	int64	   *mark = &swept_to[s->tbl - fallback_tables];
-	int			attno = s->tbl == &fallback_tables[TBL_STATE] ? ST_ATT_EXPIRES :
-		s->tbl == &fallback_tables[TBL_HEAD] ? HD_ATT_EXPIRES : FB_ATT_EXPIRES;
-	IndexScanDesc scan;
-	FbEntry		e;
-	int			deleted = 0;
-	int			visits = 0;
-	bool		more = false;
-
-	if (s->idx[IDX_EXPIRES] == NULL)
-		return false;			/* heads: see fallback_sweep_heads */
-	if (*mark >= now)
-		*mark = PG_INT64_MIN;	/* the clock went back */
-	scan = fallback_scan_begin_range(s, IDX_EXPIRES, BTGreaterStrategyNumber, *mark,
-									 BTLessStrategyNumber, now);
-	while (fallback_scan_next(s, scan, ForwardScanDirection, &e))
-	{
-		bool		isnull;
-		int64		expires = DatumGetInt64(slot_getattr(s->slot, attno, &isnull));
-
-		if (expires >= now)
-			break;
-		if (fallback_try_delete(s, &e.tid))
-			deleted++;
-		if (deleted >= want || ++visits >= SWEEP_MAX_VISITS)
-		{
-			/* rows of this very expiry may remain: start at it next time */
-			*mark = expires - 1;
-			more = true;
-			break;
-		}
-	}
-	if (!more)
-		*mark = now - 1;
-	index_endscan(scan);
-	return more;
+	fallback_table_init();
+	RegisterXactCallback(fallback_heads_xact_callback, NULL);
 }
 
 /*
@@ -161,28 +114,30 @@ fallback_sweep(int want)
  * is.
  */
 void
-fallback_attempt(const RlArgs *args, RlOutcome *o)
+fallback_attempt(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
 {
 	int64		block_us = fallback_block_left(args);
 
+	o->carry_units = 0;
 	if (block_us > 0 && !args->force)
-		fallback_peek_unblocked(args, o);
+		fallback_peek_unblocked(args, seed, o);
 	else if (args->algorithm == ALGO_SLIDING_LOG)
-		fallback_log_attempt(TBL_LOG, args, o);
+		fallback_log_attempt(TBL_LOG, args, seed, o);
 	else if (args->algorithm == ALGO_MULTI_LOG)
-		fallback_log_attempt(TBL_MLOG, args, o);
+		fallback_log_attempt(TBL_MLOG, args, seed, o);
 	else
-		fallback_counter_attempt(args, o);
+		fallback_counter_attempt(args, seed, o);
 	if (block_us > 0)
 		fallback_block_outcome(block_us, o);
 }
 
 void
-fallback_peek(const RlArgs *args, RlOutcome *o)
+fallback_peek(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
 {
 	int64		block_us = fallback_block_left(args);
 
-	fallback_peek_unblocked(args, o);
+	o->carry_units = 0;
+	fallback_peek_unblocked(args, seed, o);
 	if (block_us > 0)
 		fallback_block_outcome(block_us, o);
 }
@@ -193,14 +148,14 @@ fallback_peek(const RlArgs *args, RlOutcome *o)
  * the limit's wait too).
  */
 static void
-fallback_peek_unblocked(const RlArgs *args, RlOutcome *o)
+fallback_peek_unblocked(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
 {
 	if (args->algorithm == ALGO_SLIDING_LOG)
-		fallback_log_peek(TBL_LOG, args, o);
+		fallback_log_peek(TBL_LOG, args, seed, o);
 	else if (args->algorithm == ALGO_MULTI_LOG)
-		fallback_log_peek(TBL_MLOG, args, o);
+		fallback_log_peek(TBL_MLOG, args, seed, o);
 	else
-		fallback_counter_peek(args, o);
+		fallback_counter_peek(args, seed, o);
 }
 
 /*
@@ -332,6 +287,5 @@ fallback_reset(const RlArgs *args)
 		fallback_scan_close(&s);
 	}
 	(void) fallback_carry_forget(args, -1);
-	outage_forget(args);
 	CommandCounterIncrement();
 }

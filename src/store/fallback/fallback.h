@@ -8,26 +8,23 @@
 
 #include "storage/lock.h"
 
+#include "fallback_seed.h"
+#include "fallback_table.h"
 #include "limit.h"
 
-extern void fallback_init(void);
 /* A relation of the extension, by name; 42P01 if it is missing. */
 extern Oid	fallback_relid(const char *relname);
-extern void fallback_attempt(const RlArgs *args, RlOutcome *o);
-extern void fallback_peek(const RlArgs *args, RlOutcome *o);
+
+/* Register the store's callbacks (_PG_init). */
+extern void fallback_init(void);
+
+extern void fallback_attempt(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o);
+extern void fallback_peek(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o);
 extern void fallback_reset(const RlArgs *args);
 /* rl_refund: give back the entry (ts, cost) of args' log; whether it was. */
 extern bool fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
 							 bool *carried);
 
-/*
- * The lock under which a counting algorithm's fallback admissions of the
- * key are written (held by each until its commit): outage.c holds it while
- * it carries the key's admissions and Redis decides.
- */
-extern void fallback_lock_key(const RlArgs *args, LOCKTAG *tag);
-extern bool fallback_try_lock_key(const RlArgs *args, LOCKTAG *tag, int timeout_ms);
-extern void fallback_unlock_key(LOCKTAG *tag);
 
 /* Delete up to `want` expired rows; true if some may remain. */
 extern bool fallback_sweep(int want);

@@ -55,6 +55,7 @@
 
 #include "compat.h"
 #include "fallback_block.h"
+#include "fallback_table.h"
 
 /* Our lock tags: not fallback_table.c's (0x5357), nor user advisory locks (1, 2). */
 #define BLOCK_LOCK_CLASS 0x5342

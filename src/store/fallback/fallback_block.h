@@ -25,9 +25,4 @@ extern void fallback_block_outcome(int64 block_us, RlOutcome *o);
 extern int64 fallback_block_set(const RlArgs *args, int64 duration_us, int64 at_least_us);
 extern bool fallback_block_lift(const RlArgs *args);
 
-/* From fallback_table.c: the stored key, the clock, and a relation that may be missing. */
-extern text *fallback_stored_key(const RlArgs *args);
-extern int64 fallback_clock(void);
-extern Oid	fallback_relid_if_any(const char *relname);
-
 #endif

@@ -50,8 +50,8 @@
 
 #include "compat.h"
 #include "fallback_block.h"
+#include "fallback_table.h"
 #include "fallback_carry.h"
-#include "outage.h"
 #include "settings.h"
 
 #define CA_ATT_KEY 1
@@ -205,7 +205,7 @@ scan_expires(CarryRel *c, StrategyNumber strategy, int64 bound)
 	return scan;
 }
 
-void
+bool
 fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 {
 	CarryRel	c;
@@ -215,7 +215,7 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 	MemoryContext old;
 
 	if (!slidewin_outage_exact || !lookup_oids())
-		return;
+		return false;
 	carry_open(&c, RowExclusiveLock);
 
 	/*
@@ -264,7 +264,7 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 	}
 	heap_freetuple(tup);
 	carry_close(&c);
-	outage_fallback_wrote(args, cost);
+	return true;
 }
 
 bool

@@ -18,9 +18,11 @@ extern bool fallback_carry_available(void);
 
 /*
  * An admission of the fallback store (ts, cost) under args' rule, which
- * counts until expires (then it is never sent).
+ * counts until expires (then it is never sent). False when nothing was
+ * written (slidewin.outage_exact off, or no carry table): the caller adds
+ * cost to RlOutcome.carry_units when true.
  */
-extern void fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires);
+extern bool fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires);
 
 /*
  * Forget the key's row admitted at ts (-1: every row of the key); whether

@@ -19,8 +19,8 @@
 
 #include "fallback_block.h"
 #include "fallback_carry.h"
-#include "fallback_int.h"
-#include "outage.h"
+#include "fallback_counter.h"
+#include "fallback_table_int.h"
 
 /* ---------------------------------------------------------------------
  * The counting algorithms: one row (key, algo, s, a, b, expires) per key
@@ -138,7 +138,8 @@ floor_mod(int64 a, int64 b)
  * Otherwise write when admitted, or when forced (shadow mode).
  */
 static void
-counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
+counter_call(FbScan *s, const RlArgs *args, const FallbackSeed *seed, int64 cost, bool peek,
+			 RlOutcome *o)
 {
 	int			algo = (int) args->algorithm;
 	int64		now = fallback_now();
@@ -152,7 +153,6 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 				nb = 0;
 	int64		expires = 0;
 	int64		carry_until = now + win;
-	OutageSeed	seed;
 	bool		live;
 
 	/*
@@ -162,7 +162,7 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 	 * when this server last asked, the latest they could have (see
 	 * doc/failure-modes.md).
 	 */
-	live = outage_seed(args, &seed) && seed.frees_at > now;
+	live = seed->found && seed->frees_at > now;
 	state_read(s, algo, now, &r);
 	o->store = "fallback";
 	o->known = true;
@@ -176,8 +176,8 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 		int64		own = (r.found && r.s == start) ? (int64) r.a : 0;
 		int64		n = own;
 
-		if (live && seed.seen_at - floor_mod(seed.seen_at, win) == start)
-			n += seed.units;
+		if (live && seed->seen_at - floor_mod(seed->seen_at, win) == start)
+			n += seed->units;
 		o->allowed = (n + cost <= lim);
 		write = !peek && (o->allowed || args->force);
 		o->remaining = Max(lim - n - (write ? cost : 0), 0);
@@ -211,12 +211,12 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 		own_p = p;
 		if (live)
 		{
-			int64		sb = seed.seen_at - floor_mod(seed.seen_at, win);
+			int64		sb = seed->seen_at - floor_mod(seed->seen_at, win);
 
 			if (sb == start)
-				c += seed.units;
+				c += seed->units;
 			else if (sb == start - win)
-				p += seed.units;
+				p += seed->units;
 		}
 		e = Max(now - start, 0);
 		est = p * (double) (win - e) / (double) win + c;
@@ -267,7 +267,7 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 		double		nt;
 
 		if (live)
-			tat = Max(tat, (double) seed.frees_at);
+			tat = Max(tat, (double) seed->frees_at);
 		nt = tat + cost * t;
 
 		o->allowed = (nt - now <= win + 1e-3);
@@ -289,14 +289,15 @@ counter_call(FbScan *s, const RlArgs *args, int64 cost, bool peek, RlOutcome *o)
 	if (write)
 	{
 		state_write(s, algo, &r, ns, na, nb, expires);
-		/* Redis must learn of it once it answers again (outage.c) */
-		if (o->allowed || args->force)
-			fallback_carry_add(args, now, cost, carry_until);
+		/* Redis must learn of it once it answers again (the switch) */
+		if ((o->allowed || args->force) &&
+			fallback_carry_add(args, now, cost, carry_until))
+			o->carry_units += cost;
 	}
 }
 
 void
-fallback_counter_attempt(const RlArgs *args, RlOutcome *o)
+fallback_counter_attempt(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
 {
 	FbScan		s;
 	text	   *key = fallback_stored_key(args);
@@ -304,7 +305,7 @@ fallback_counter_attempt(const RlArgs *args, RlOutcome *o)
 
 	fallback_lock_stored_key(key, &tag);
 	fallback_scan_open(&s, TBL_STATE, key, RowExclusiveLock);
-	counter_call(&s, args, args->cost, false, o);
+	counter_call(&s, args, seed, args->cost, false, o);
 	if (o->allowed || args->force)
 		fallback_sweep_rows(&s, fallback_now(), SWEEP_PER_CALL);
 	fallback_scan_close(&s);
@@ -313,11 +314,11 @@ fallback_counter_attempt(const RlArgs *args, RlOutcome *o)
 }
 
 void
-fallback_counter_peek(const RlArgs *args, RlOutcome *o)
+fallback_counter_peek(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
 {
 	FbScan		s;
 
 	fallback_scan_open(&s, TBL_STATE, fallback_stored_key(args), AccessShareLock);
-	counter_call(&s, args, args->cost, true, o);
+	counter_call(&s, args, seed, args->cost, true, o);
 	fallback_scan_close(&s);
 }

@@ -18,7 +18,7 @@
 #include "storage/bufmgr.h"
 
 #include "compat.h"
-#include "fallback_int.h"
+#include "fallback_head.h"
 
 /* ---------------------------------------------------------------------
  * Heads: one row (key, log, ts, total, expires) per key of each log in

@@ -18,9 +18,10 @@
 #include "miscadmin.h"
 
 #include "fallback_block.h"
+#include "fallback_table.h"
 #include "fallback_carry.h"
-#include "fallback_int.h"
-#include "outage.h"
+#include "fallback_head.h"
+#include "fallback_log.h"
 #include "settings.h"
 
 /* Totals restart once a key's window is empty and they have grown this far. */
@@ -154,7 +155,7 @@ read_first(FbScan *s, bool hinted, int64 cutoff, int64 clean_from, FbEntry *firs
  */
 static bool
 read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
-		   const OutageSeed *seed, FbState *st)
+		   const FallbackSeed *seed, FbState *st)
 {
 	uint64		h = fallback_key_hash(s->key);
 	bool		hinted = last_read.tbl == s->tbl && last_read.keyhash == h;
@@ -398,7 +399,8 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 static uint32 head_sweep_clock = 0;
 
 void
-fallback_log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
+fallback_log_attempt(FbTableId t, const RlArgs *args, const FallbackSeed *seed,
+					 RlOutcome *o)
 {
 	FbScan		s;
 	FbScan		hs;
@@ -410,9 +412,7 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 	bool		locked = false;
 	bool		wrote = false;
 	int64		now;
-	OutageSeed	seed;
 
-	(void) outage_seed(args, &seed);
 	fallback_scan_open(&s, t, key, RowExclusiveLock);
 	fallback_scan_open(&hs, TBL_HEAD, key, RowExclusiveLock);
 	/* other keys' expired rows go a few at a time, without any lock */
@@ -432,7 +432,7 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 			locked = true;
 			continue;
 		}
-		if (!read_state(&s, args, true, hd.found ? &hd : NULL, &seed, &st) ||
+		if (!read_state(&s, args, true, hd.found ? &hd : NULL, seed, &st) ||
 			!decide(&s, &st, args->cost, false, o))
 			continue;
 		o->store = "fallback";
@@ -463,9 +463,9 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 			else if (st.newest.found && st.newest.ts > st.now - st.maxwin)
 				(void) fallback_head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin);
 			fallback_insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
-			/* Redis must learn of it once it answers again (outage.c) */
-			if (t == TBL_LOG)
-				fallback_carry_add(args, ts, args->cost, ts + st.maxwin);
+			/* Redis must learn of it once it answers again (the switch) */
+			if (t == TBL_LOG && fallback_carry_add(args, ts, args->cost, ts + st.maxwin))
+				o->carry_units += args->cost;
 			last_read.newest_ts = ts;
 			o->entry_ts = ts;
 			/* Later calls in this same command must see it. */
@@ -493,19 +493,18 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o)
 }
 
 void
-fallback_log_peek(FbTableId t, const RlArgs *args, RlOutcome *o)
+fallback_log_peek(FbTableId t, const RlArgs *args, const FallbackSeed *seed,
+				  RlOutcome *o)
 {
 	FbScan		s;
 	FbState		st;
 	int64		used_longest = 0;
-	OutageSeed	seed;
 
-	(void) outage_seed(args, &seed);
 	fallback_scan_open(&s, t, fallback_stored_key(args), AccessShareLock);
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (read_state(&s, args, false, NULL, &seed, &st) &&
+		if (read_state(&s, args, false, NULL, seed, &st) &&
 			decide(&s, &st, args->cost, true, o))
 			break;
 	}

@@ -30,9 +30,7 @@
 #include "utils/wait_event.h"
 
 #include "compat.h"
-#include "fallback.h"
-#include "fallback_block.h"
-#include "fallback_int.h"
+#include "fallback_table_int.h"
 #include "settings.h"
 
 /* Distinguishes our lock tags from user advisory locks (which use 1 and 2). */
@@ -63,10 +61,9 @@ invalidate_oids(Datum arg, Oid relid)
 }
 
 void
-fallback_init(void)
+fallback_table_init(void)
 {
 	CacheRegisterRelcacheCallback(invalidate_oids, (Datum) 0);
-	RegisterXactCallback(fallback_heads_xact_callback, NULL);
 }
 
 /* The schema the extension lives in (PostgreSQL 15 has no exported helper). */
@@ -469,4 +466,60 @@ fallback_relid_if_any(const char *relname)
 	if (!OidIsValid(ext))
 		return InvalidOid;
 	return get_relname_relid(relname, extension_schema(ext));
+}
+
+/*
+ * Per table, for this backend: the expiry below which the rows have been
+ * swept already (or left to another deleter), so that a sweep starts there
+ * instead of stepping over the index entries of every row deleted since the
+ * last VACUUM. Rows are written with an expiry after the clock, so none can
+ * appear below it later, unless the clock goes back (slidewin.test_now),
+ * which starts the sweep from the beginning again.
+ */
+static int64 swept_to[TBL_COUNT];
+
+/*
+ * Delete up to `want` rows of any key whose window ended before now, looking
+ * at no more than SWEEP_MAX_VISITS candidates. Returns true if it stopped
+ * at one of those bounds, that is, if expired rows may remain.
+ */
+bool
+fallback_sweep_rows(FbScan *s, int64 now, int want)
+{
+	int64	   *mark = &swept_to[s->tbl - fallback_tables];
+	int			attno = s->tbl == &fallback_tables[TBL_STATE] ? ST_ATT_EXPIRES :
+		s->tbl == &fallback_tables[TBL_HEAD] ? HD_ATT_EXPIRES : FB_ATT_EXPIRES;
+	IndexScanDesc scan;
+	FbEntry		e;
+	int			deleted = 0;
+	int			visits = 0;
+	bool		more = false;
+
+	if (s->idx[IDX_EXPIRES] == NULL)
+		return false;			/* heads: see fallback_sweep_heads */
+	if (*mark >= now)
+		*mark = PG_INT64_MIN;	/* the clock went back */
+	scan = fallback_scan_begin_range(s, IDX_EXPIRES, BTGreaterStrategyNumber, *mark,
+									 BTLessStrategyNumber, now);
+	while (fallback_scan_next(s, scan, ForwardScanDirection, &e))
+	{
+		bool		isnull;
+		int64		expires = DatumGetInt64(slot_getattr(s->slot, attno, &isnull));
+
+		if (expires >= now)
+			break;
+		if (fallback_try_delete(s, &e.tid))
+			deleted++;
+		if (deleted >= want || ++visits >= SWEEP_MAX_VISITS)
+		{
+			/* rows of this very expiry may remain: start at it next time */
+			*mark = expires - 1;
+			more = true;
+			break;
+		}
+	}
+	if (!more)
+		*mark = now - 1;
+	index_endscan(scan);
+	return more;
 }

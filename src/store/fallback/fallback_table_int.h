@@ -1,21 +1,18 @@
 /*-------------------------------------------------------------------------
  *
- * fallback_int.h
- *		The fallback store's internals, shared only by the files of the store:
- *		fallback.c, fallback_table.c, fallback_log.c, fallback_head.c and
- *		fallback_counter.c. It holds the layout of the tables (their columns,
- *		indexes and OIDs), the scan over them, and what each of those files
- *		offers the others.
+ * fallback_table_int.h
+ *		The fallback store's tables as the files of the store use them: the
+ *		layout of the tables (their columns, indexes and OIDs), the scan over
+ *		them, and the rows (fallback_table.c).
  *
- * No other file may include it: the rest of the extension reaches the
- * fallback store through fallback.h (and the table of blocks through the
- * helpers fallback_block.h declares). The rules the store keeps are at the
- * head of fallback.c.
+ * No file of another folder may include it: the rest of the extension
+ * reaches the fallback store through fallback.h and fallback_table.h. The
+ * rules the store keeps are at the head of fallback.c.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef SLIDEWIN_FALLBACK_INT_H
-#define SLIDEWIN_FALLBACK_INT_H
+#ifndef SLIDEWIN_FALLBACK_TABLE_INT_H
+#define SLIDEWIN_FALLBACK_TABLE_INT_H
 
 #include "access/genam.h"
 #include "access/tableam.h"
@@ -26,6 +23,7 @@
 #include "storage/lock.h"
 #include "utils/relcache.h"
 
+#include "fallback_table.h"
 #include "limit.h"
 
 /* Columns of rl_fallback_log. */
@@ -113,15 +111,6 @@ typedef struct FbScan
 	LOCKMODE	mode;
 } FbScan;
 
-/* A key's head: its newest row's time and running total (see fallback_log_attempt). */
-typedef struct FbHead
-{
-	bool		found;
-	ItemPointerData tid;
-	int64		ts;
-	int64		total;
-	int64		expires;
-} FbHead;
 
 /* fallback_table.c: the tables, the clock, keys, the key's lock, scans and rows. */
 extern FbTable fallback_tables[TBL_COUNT];
@@ -144,23 +133,11 @@ extern void fallback_scan_first(FbScan *s, FbIndex which, ScanDirection dir,
 extern bool fallback_try_delete(FbScan *s, ItemPointer tid);
 extern IndexInfo *fallback_index_info(FbScan *s, FbIndex i);
 extern void fallback_insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires);
-
-/* fallback.c: expired rows of any key, a few at a time. */
+/* Expired rows of any key, a few at a time (true: some may remain). */
 extern bool fallback_sweep_rows(FbScan *s, int64 now, int want);
 
-/* fallback_head.c: the heads of the sliding logs. */
-extern void fallback_head_read(FbScan *h, int16 kind, FbHead *hd);
-extern TM_Result fallback_head_write(FbScan *h, int16 kind, const FbHead *old, int64 ts, int64 total,
-									 int64 expires);
-extern bool fallback_sweep_heads(FbScan *h, int64 cutoff, int npages);
-extern void fallback_heads_xact_callback(XactEvent event, void *arg);
 
-/* fallback_log.c: the sliding logs of rl_attempt and rl_attempt_multi. */
-extern void fallback_log_attempt(FbTableId t, const RlArgs *args, RlOutcome *o);
-extern void fallback_log_peek(FbTableId t, const RlArgs *args, RlOutcome *o);
 
-/* fallback_counter.c: the counting algorithms. */
-extern void fallback_counter_attempt(const RlArgs *args, RlOutcome *o);
-extern void fallback_counter_peek(const RlArgs *args, RlOutcome *o);
+
 
 #endif

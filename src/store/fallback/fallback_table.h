@@ -1,0 +1,36 @@
+/*
+ * fallback_table.h
+ *		The fallback store's tables as other folders see them: a relation of
+ *		the extension by name, a key as the store keeps it, the store's clock,
+ *		and the key's lock (fallback_table.c).
+ */
+#ifndef SLIDEWIN_FALLBACK_TABLE_H
+#define SLIDEWIN_FALLBACK_TABLE_H
+
+#include "storage/lock.h"
+
+#include "limit.h"
+
+/* Drop the OIDs kept of the store's relations when one changes (fallback_init). */
+extern void fallback_table_init(void);
+
+/* A relation of the extension, by name; 42P01 if it is missing. */
+extern Oid	fallback_relid(const char *relname);
+/* The same, InvalidOid if it is missing. */
+extern Oid	fallback_relid_if_any(const char *relname);
+
+/* The key as the store keeps it (under slidewin.key_prefix). */
+extern text *fallback_stored_key(const RlArgs *args);
+/* The store's clock: Unix microseconds (slidewin.test_now in tests). */
+extern int64 fallback_clock(void);
+
+/*
+ * The lock under which a counting algorithm's fallback admissions of the
+ * key are written (held by each until its commit): outage.c holds it while
+ * it carries the key's admissions and Redis decides.
+ */
+extern void fallback_lock_key(const RlArgs *args, LOCKTAG *tag);
+extern bool fallback_try_lock_key(const RlArgs *args, LOCKTAG *tag, int timeout_ms);
+extern void fallback_unlock_key(LOCKTAG *tag);
+
+#endif							/* SLIDEWIN_FALLBACK_TABLE_H */
