@@ -103,6 +103,9 @@ typedef struct OutageSlot
 	int64		frees_at;		/* fallback clock: the newest of them leaves the window */
 	int64		redis_frees;	/* the same on Redis's clock, as Redis answered it */
 	int64		inflight;		/* units of calls of the key sent to Redis, not yet noted */
+	int64		inflight_other; /* the same, of sliding-log calls of keys the
+								 * slot does not hold (one Redis never answered
+								 * here, or that another key displaced) */
 	int64		fb_pending;		/* units of fallback admissions not yet committed
 								 * (of any key of this slot: see outage_fallback_wrote) */
 	uint64		fb_written;		/* fallback admissions ever counted in fb_pending */
@@ -144,6 +147,7 @@ static int64 redis_offset_us = 0;
  */
 static OutageSlot *inflight_slot = NULL;
 static int64 inflight_units = 0;
+static bool inflight_other = false; /* counted in inflight_other */
 
 static void
 inflight_end(void)
@@ -151,8 +155,12 @@ inflight_end(void)
 	if (inflight_slot)
 	{
 		SpinLockAcquire(&inflight_slot->mutex);
-		inflight_slot->inflight -= inflight_units;
+		if (inflight_other)
+			inflight_slot->inflight_other -= inflight_units;
+		else
+			inflight_slot->inflight -= inflight_units;
 		SpinLockRelease(&inflight_slot->mutex);
+		inflight_other = false;
 		inflight_slot = NULL;
 		inflight_units = 0;
 	}
@@ -391,6 +399,18 @@ outage_asking(const RlArgs *args)
 		inflight_slot = slot;
 		inflight_units = args->cost;
 	}
+	else if (args->algorithm == ALGO_SLIDING_LOG)
+	{
+		/*
+		 * A key the slot does not hold: its fallback calls have no answer to
+		 * start from, but must still count this call, which carried the
+		 * key's rows before Redis decides it (outage_seed).
+		 */
+		slot->inflight_other += args->cost;
+		inflight_slot = slot;
+		inflight_units = args->cost;
+		inflight_other = true;
+	}
 	SpinLockRelease(&slot->mutex);
 }
 
@@ -487,7 +507,22 @@ outage_seed(const RlArgs *args, FallbackSeed *seed)
 	if (!matches)
 	{
 		stats_outage(STATS_OUTAGE_UNSEEDED_CALL, 1);
-		return false;
+		if (args->algorithm != ALGO_SLIDING_LOG || copy.inflight_other <= 0)
+			return false;
+
+		/*
+		 * Nothing Redis counted is kept for the key, but calls of a key of
+		 * this slot are on their way to Redis, each having carried its
+		 * key's rows before this call's admission could be among them:
+		 * counted as admitted now, for a whole window (an over-count when
+		 * they are another key's, or denied).
+		 */
+		seed->found = true;
+		seed->seen_at = outage_clock();
+		seed->carried_to = PG_INT64_MIN;
+		seed->units = copy.inflight_other;
+		seed->frees_at = seed->seen_at + args->win_us;
+		return true;
 	}
 	if (first_use)
 		stats_outage(STATS_OUTAGE_SEEDED_UNITS, copy.units);
@@ -500,6 +535,13 @@ outage_seed(const RlArgs *args, FallbackSeed *seed)
 	/* calls of other backends in flight may have been admitted */
 	seed->units = copy.units + Max(copy.inflight, 0);
 	seed->frees_at = copy.frees_at;
+	if (args->algorithm == ALGO_SLIDING_LOG &&
+		Max(copy.inflight, 0) + Max(copy.inflight_other, 0) > 0)
+	{
+		/* a call in flight is admitted now, and counts for a whole window */
+		seed->units += Max(copy.inflight_other, 0);
+		seed->frees_at = Max(seed->frees_at, outage_clock() + args->win_us);
+	}
 	return true;
 }
 

@@ -34,6 +34,9 @@
 #     during the outage, and once both servers had a Redis answer for a
 #     key after their last fallback call of it, each algorithm's bound over
 #     the union of both servers.
+#  8. a carry waits for a fallback admission of its key not yet committed;
+#  9. a fallback call counts a call of its key on its way to Redis, also for
+#     a key this server never had an answer for.
 #
 # No pgbench transaction fails in any of them.
 use strict;
@@ -653,6 +656,35 @@ my $win_us = $win_s * 1_000_000;
 	is($rem, 92, '(8) committed, it is carried with the next call (100 - 5 - 3 units)');
 	$a->quit;
 	$b->quit;
+}
+
+# ---------------------------------------------------------------------
+# 9. A key this server never had an answer for: a call of it on its way to
+# Redis (carried, held up by CLIENT PAUSE) when another backend's call of it
+# falls back. The fallback call counts it as admitted, though nothing Redis
+# counted is kept for the key, so the window holds lim (it admitted 2 of
+# lim 1 when only the keys the outage table holds counted calls in flight:
+# the soak, TAP 140, found it).
+# ---------------------------------------------------------------------
+{
+	my $q = q{SELECT (r).store || ',' || (r).allowed FROM (SELECT rl_attempt('unseen9', 1, '1 minute') r) s};
+	$redis->pause_ms(5000);
+	my $a = $node1->background_psql('postgres', on_error_stop => 0);
+	$a->query_safe("SET slidewin.command_timeout = '20s'");
+	$a->{stdin} .= "$q;\n";
+	$a->{run}->pump_nb;
+	$node1->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		WHERE query LIKE '%unseen9%' AND state = 'active' AND pid <> pg_backend_pid()})
+	  or die 'the call on its way to Redis did not start';
+	usleep(200_000);
+	is($node1->safe_psql('postgres', $q), 'fallback,false',
+		'(9) a fallback call of a key never answered here counts the call on its way to Redis');
+	$redis->cli('client', 'unpause');
+	like($a->query_safe("SELECT 'done'"), qr/^redis,true\ndone$/, '(9) which Redis admits');
+	$a->quit;
+	is($node1->safe_psql('postgres', q{SELECT count(*) FROM rl_fallback_log WHERE key = 'slidewin:unseen9'}), '0',
+		'(9) one admission in all, lim 1');
 }
 
 for my $n ($node1, $node2)
