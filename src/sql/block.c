@@ -30,11 +30,10 @@
 #include "fmgr.h"
 #include "utils/timestamp.h"
 
-#include "deny_cache.h"
 #include "fallback_block.h"
-#include "policy.h"
 #include "settings.h"
 #include "store_redis.h"
+#include "switch.h"
 
 
 PG_FUNCTION_INFO_V1(slidewin_block);

@@ -27,15 +27,12 @@
 #include "utils/wait_event.h"
 
 #include "denial.h"
-#include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
-#include "outage.h"
-#include "policy.h"
-#include "refund.h"
 #include "settings.h"
 #include "stats.h"
 #include "store_redis.h"
+#include "switch.h"
 
 #define ERRCODE_RATE_LIMITED MAKE_SQLSTATE('R','L','4','2','9')
 #define ERRCODE_POSTGREST MAKE_SQLSTATE('P','G','R','S','T')

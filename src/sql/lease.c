@@ -82,11 +82,10 @@
 #include "compat.h"
 #include "enforce.h"
 #include "lease.h"
-#include "policy.h"
-#include "refund.h"
 #include "settings.h"
 #include "stats.h"
 #include "store_redis.h"
+#include "switch.h"
 
 PG_FUNCTION_INFO_V1(slidewin_acquire);
 PG_FUNCTION_INFO_V1(slidewin_release);

@@ -24,20 +24,17 @@
 
 #include "check.h"
 #include "compat.h"
-#include "deny_cache.h"
 #include "enforce.h"
 #include "fallback.h"
 #include "fallback_block.h"
 #include "fallback_carry.h"
 #include "lease.h"
-#include "outage.h"
-#include "policy.h"
 #include "redis_tls.h"
-#include "refund.h"
 #include "result.h"
 #include "settings.h"
 #include "stats.h"
 #include "store_redis.h"
+#include "switch.h"
 #include "ticket.h"
 
 PG_MODULE_MAGIC;

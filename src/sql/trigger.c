@@ -43,9 +43,8 @@
 #include "utils/tuplestore.h"
 
 #include "enforce.h"
-#include "policy.h"
-#include "refund.h"
 #include "settings.h"
+#include "switch.h"
 #include "tenant.h"
 
 PG_FUNCTION_INFO_V1(slidewin_trigger);

@@ -7,6 +7,7 @@
 #ifndef SLIDEWIN_OUTAGE_H
 #define SLIDEWIN_OUTAGE_H
 
+#include "fallback_seed.h"
 #include "limit.h"
 #include "redis_conn.h"
 

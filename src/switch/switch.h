@@ -1,0 +1,72 @@
+/*-------------------------------------------------------------------------
+ *
+ * switch.h
+ *		The switch between the two stores: the one module that decides which
+ *		store answers a call, and keeps the stores' counts of a key together
+ *		across the switch. The SQL layer reaches it through this header.
+ *
+ * Its files:
+ *	policy.c		which store answers: Redis, or what the call's failure
+ *					policy says when Redis cannot (fallback, allow, deny,
+ *					error), and the circuit breaker;
+ *	deny_cache.c	a denial of Redis's kept for as long as it cannot change;
+ *	outage.c		the outage memory (what Redis last counted, per key, in
+ *					shared memory), the seed it gives the fallback store, and
+ *					carrying the fallback store's admissions back to Redis;
+ *	refund.c and its companions: refunds and releases sent at transaction
+ *					end, whichever store recorded the entry.
+ *
+ * The rules this module keeps (each file's header says how):
+ *
+ *	1. One store decides a call. policy_run asks Redis; only when Redis
+ *	   cannot answer does the call's policy pick a fallback answer. A peek
+ *	   is decided the same way and changes nothing in either store.
+ *
+ *	2. The fallback store starts from what Redis counted. Every answer Redis
+ *	   gives to an attempt or a peek is kept in the outage memory; a fallback
+ *	   call of the key is handed it as its seed (FallbackSeed), together with
+ *	   the calls of the key that are on their way to Redis, which count as
+ *	   admitted for a whole window (also for a key Redis never answered on
+ *	   this server). The fallback store never asks where a seed comes from.
+ *
+ *	3. An answer stands in for the fallback store's own rows only if those
+ *	   rows are in Redis. The outage memory says up to when (carried_to) and
+ *	   for which database (carried_db): only the answer to a call that
+ *	   carried its key completely before Redis decided it moves them. A
+ *	   peek carries nothing; a call from another database carries only that
+ *	   database's rows; a carry that gave up waiting for an uncommitted
+ *	   admission, or a counting algorithm's carry that could not take the
+ *	   key's lock, is not complete. Every COMMIT PREPARED moves a generation
+ *	   that voids every carried_to read before it, since the rows it makes
+ *	   visible were never looked for.
+ *
+ *	4. Rows are carried by the calls themselves, before Redis decides: the
+ *	   call carries its own key's rows (waiting up to 100 ms for other
+ *	   backends' uncommitted admissions of the key), and after the answer
+ *	   the rows of one other key. Rows leave the carry table in the carrying
+ *	   transaction once Redis has answered; each is named, so that a batch
+ *	   sent twice is recorded once.
+ *
+ *	5. A refund crosses the switch: a ticket names the store that recorded
+ *	   the entry. A fallback entry that was carried is given back in Redis
+ *	   under the name it was carried with; while Redis cannot answer, such a
+ *	   refund is an error and the ticket stays good.
+ *
+ *	6. The stores are below this module and never call it: what the
+ *	   fallback store wrote for Redis to learn of comes back to the switch in
+ *	   RlOutcome.carry_units, and the switch waits for it (fb_pending).
+ *
+ * doc/failure-modes.md gives the bounds these rules keep, and
+ * doc/architecture.md where this module sits in the house.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SLIDEWIN_SWITCH_H
+#define SLIDEWIN_SWITCH_H
+
+#include "deny_cache.h"
+#include "outage.h"
+#include "policy.h"
+#include "refund.h"
+
+#endif							/* SLIDEWIN_SWITCH_H */
