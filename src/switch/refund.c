@@ -7,7 +7,7 @@
  * spent at once, like a sequence value. With refund_on_abort, each entry a
  * (sub)transaction records in Redis is remembered here, tagged with its
  * subtransaction; if that subtransaction or the whole transaction aborts,
- * its entries are given back by a script (store_redis.c, scripts.c).
+ * its entries are given back by a script (store_redis_refund.c, scripts.c).
  * Commit and PREPARE TRANSACTION keep them: a prepared transaction's units
  * stay spent whatever its fate, since the backend that would refund them is
  * gone by then. The fallback store needs none of this: its rows vanish with
