@@ -1,0 +1,45 @@
+/*-------------------------------------------------------------------------
+ *
+ * store_redis_int.h
+ *		What store_redis.c offers the other files of the Redis store
+ *		(store_redis_limit.c, store_redis_refund.c, store_redis_slots.c):
+ *		the keys of a user key, the clock argument, and the sorting and
+ *		refusal of a reply.
+ *
+ * No file outside src/store/redis may include it: the rest of the
+ * extension goes through store_redis.h.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SLIDEWIN_STORE_REDIS_INT_H
+#define SLIDEWIN_STORE_REDIS_INT_H
+
+#include "lib/stringinfo.h"
+
+#include "store_redis.h"
+
+/* Redis key tags, one per algorithm: no algorithm reads another's data. */
+extern const char *const redis_store_tags[ALGO_COUNT];
+
+/* The Redis key of a user key under a tag, of its ledger, of its block. */
+extern void redis_store_key(StringInfo buf, const char *tag, const RlArgs *args);
+extern void redis_store_ledger_key(StringInfo buf, const char *tag, const RlArgs *args);
+extern void redis_store_block_key(StringInfo buf, const RlArgs *args);
+
+/* The clock argument of a script: the test clock, or "" for Redis TIME. */
+extern const char *redis_store_clock_arg(char *buf, size_t size);
+
+/*
+ * A finished exchange: true with a reply to use, false when Redis cannot
+ * answer now; any other failure ERRORs.
+ */
+extern bool redis_store_settle(RedisResult *r);
+
+/*
+ * Refuse the reply in r (freed, its connection dropped): RS_FAIL_PROTOCOL
+ * with the reason in r->message; returns false. Never ERRORs.
+ */
+extern bool redis_store_refuse(RedisResult *r, const char *fmt,...)
+			pg_attribute_printf(2, 3);
+
+#endif
