@@ -1,11 +1,12 @@
 /*
  * redis_conn_int.h
- *		Internal to one connection: what redis_conn.c (the open link: its
- *		waits, its bytes, its exchanges) and redis_conn_open.c (opening it)
- *		share of a link.
+ *		The links of the transport (redis_conn.c: the open link, its waits,
+ *		its bytes, its exchanges), as the other files of src/transport drive
+ *		them: opening one (redis_conn_open.c), routing (redis_route.c),
+ *		Cluster (redis_cluster.c), probes (redis_probe.c).
  *
- * Only those two files include this header. Everything else drives a link
- * through redis_link.h or redis_conn.h, and must not reach into a RedisConn.
+ * No file of another folder includes this header: the stores reach Redis
+ * through redis_conn.h, and never reach into a RedisConn.
  */
 #ifndef SLIDEWIN_REDIS_CONN_INT_H
 #define SLIDEWIN_REDIS_CONN_INT_H

@@ -231,7 +231,7 @@ check_one(const Header *h, const redisReply *r)
 		CHECK(why[0] != '\0' && memchr(why, '\0', sizeof(why)) != NULL);
 		return;
 	}
-	/* what limit_result_datum and the callers take for granted */
+	/* what result_datum (src/sql/result.c) and the callers take for granted */
 	CHECK(v[RF_ALLOWED] >= 0 && v[RF_ALLOWED] <= 2);
 	CHECK(v[RF_REMAINING] >= 0 && v[RF_REMAINING] <= h->call.lim);
 	CHECK(v[RF_ALLOWED] == 1 ? v[RF_RETRY] == 0 : v[RF_RETRY] > 0);

@@ -50,14 +50,18 @@
  *    so a role needs no privilege on it: EXECUTE on the functions is enough.
  *  - Consumption is transactional: an aborted transaction's rows vanish.
  *
- * Files: this one holds the store's entry points (attempt, peek, refund,
- * reset) and its sweeps; fallback_table.c the tables, their scans and the
- * key's lock; fallback_log.c the sliding logs; fallback_head.c their heads;
- * fallback_counter.c the counting algorithms. fallback_int.h is shared by
- * these files only.
+ * Files, from the bottom up: fallback_table.c the tables, their scans, the
+ * sweep of expired rows and the key's lock (fallback_table_int.h is for the
+ * files of this folder only); fallback_head.c the logs' heads;
+ * fallback_log.c the sliding logs; fallback_counter.c the counting
+ * algorithms; fallback_block.c the table of blocks; fallback_carry.c the
+ * table of admissions Redis has not learned of; and this one, the store's
+ * entry points (attempt, peek, refund, reset) and its sweeps.
  *
- * This file must not talk to Redis or decide when it is used, nor may the
- * other files of the store.
+ * This store must not talk to Redis, decide when it is used, or call the
+ * switch that does (src/switch): what Redis had counted comes in with a
+ * call (FallbackSeed, fallback_seed.h), and what this store wrote for Redis
+ * to learn of goes back out in RlOutcome.carry_units.
  *
  *-------------------------------------------------------------------------
  */
