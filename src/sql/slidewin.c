@@ -117,6 +117,7 @@ _PG_init(void)
 	refund_init();
 	check_init();
 	lease_init();
+	carry_init();			/* before outage_init: see carry.h */
 	outage_init();
 	fallback_carry_init();
 }

@@ -19,6 +19,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "carry.h"
 #include "deny_cache.h"
 #include "fallback.h"
 #include "misconf.h"
@@ -170,7 +171,7 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 
 		/*
 		 * The fallback store's admissions of the key reach Redis before
-		 * Redis decides (outage.c); a peek decides nothing and only reads,
+		 * Redis decides (carry.c); a peek decides nothing and only reads,
 		 * so that it is answered even by a Redis that refuses writes. What
 		 * Redis then counted is kept for the fallback store, should the
 		 * next call need it, and the admissions of one other key follow,

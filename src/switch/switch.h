@@ -11,8 +11,9 @@
  *					error), and the circuit breaker;
  *	deny_cache.c	a denial of Redis's kept for as long as it cannot change;
  *	outage.c		the outage memory (what Redis last counted, per key, in
- *					shared memory), the seed it gives the fallback store, and
- *					carrying the fallback store's admissions back to Redis;
+ *					shared memory) and the seed it gives the fallback store;
+ *	carry.c			carrying the fallback store's admissions back to Redis,
+ *					and the fallback store's side of a call;
  *	refund.c and its companions: refunds and releases sent at transaction
  *					end, whichever store recorded the entry.
  *
@@ -64,6 +65,7 @@
 #ifndef SLIDEWIN_SWITCH_H
 #define SLIDEWIN_SWITCH_H
 
+#include "carry.h"
 #include "deny_cache.h"
 #include "outage.h"
 #include "policy.h"
