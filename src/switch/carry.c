@@ -178,18 +178,16 @@ outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 
 /*
  * A call decided by the fallback store: what Redis had counted for the key
- * goes in with it (the seed, read once per call, before the key's lock is
- * taken: an older answer than the newest only counts fewer of this
- * database's rows as carried), and what it wrote for Redis to learn of is
- * then waited for by carries of the key (outage_fallback_wrote).
+ * goes in with it (the seed: the store reads it through outage_seed at the
+ * moment its decision starts, for the counting algorithms under the key's
+ * lock, which a carry holds until Redis has decided), and what it wrote for
+ * Redis to learn of is then waited for by carries of the key
+ * (outage_fallback_wrote).
  */
 void
 outage_fallback_attempt(const RlArgs *args, RlOutcome *o)
 {
-	FallbackSeed seed;
-
-	(void) outage_seed(args, &seed);
-	fallback_attempt(args, &seed, o);
+	fallback_attempt(args, outage_seed, o);
 	if (o->carry_units > 0)
 		outage_fallback_wrote(args, o->carry_units);
 }
@@ -197,10 +195,7 @@ outage_fallback_attempt(const RlArgs *args, RlOutcome *o)
 void
 outage_fallback_peek(const RlArgs *args, RlOutcome *o)
 {
-	FallbackSeed seed;
-
-	(void) outage_seed(args, &seed);
-	fallback_peek(args, &seed, o);
+	fallback_peek(args, outage_seed, o);
 }
 
 /*

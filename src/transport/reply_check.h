@@ -110,7 +110,7 @@ extern RefundVerdict reply_refund_verdict(const redisReply *reply);
 extern void reply_refund_describe(const redisReply *reply, char *buf, size_t size);
 
 /*
- * The reply to carrying n admissions back (outage.c): {recorded, already
+ * The reply to carrying n admissions back (switch/carry.c): {recorded, already
  * recorded, outside their window}, three integers from 0 to n whose sum is
  * n. False with the reason in why otherwise.
  */

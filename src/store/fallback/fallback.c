@@ -76,7 +76,7 @@
 #include "fallback_head.h"
 #include "fallback_log.h"
 
-static void fallback_peek_unblocked(const RlArgs *args, const FallbackSeed *seed,
+static void fallback_peek_unblocked(const RlArgs *args, FallbackSeedFn seed,
 									RlOutcome *o);
 
 void
@@ -118,7 +118,7 @@ fallback_sweep(int want)
  * is.
  */
 void
-fallback_attempt(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
+fallback_attempt(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o)
 {
 	int64		block_us = fallback_block_left(args);
 
@@ -136,7 +136,7 @@ fallback_attempt(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
 }
 
 void
-fallback_peek(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
+fallback_peek(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o)
 {
 	int64		block_us = fallback_block_left(args);
 
@@ -152,7 +152,7 @@ fallback_peek(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
  * the limit's wait too).
  */
 static void
-fallback_peek_unblocked(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
+fallback_peek_unblocked(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o)
 {
 	if (args->algorithm == ALGO_SLIDING_LOG)
 		fallback_log_peek(TBL_LOG, args, seed, o);

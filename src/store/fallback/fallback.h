@@ -18,8 +18,8 @@ extern Oid	fallback_relid(const char *relname);
 /* Register the store's callbacks (_PG_init). */
 extern void fallback_init(void);
 
-extern void fallback_attempt(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o);
-extern void fallback_peek(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o);
+extern void fallback_attempt(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o);
+extern void fallback_peek(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o);
 extern void fallback_reset(const RlArgs *args);
 /* rl_refund: give back the entry (ts, cost) of args' log; whether it was. */
 extern bool fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us,

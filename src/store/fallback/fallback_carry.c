@@ -5,7 +5,7 @@
  *		rl_fallback_carry (key, plen, ts, cost, expires), one row per
  *		sliding-log admission of the fallback store, written with it.
  *
- * outage.c carries the rows into Redis once it answers again, each named by
+ * The switch (carry.c) carries the rows into Redis once it answers again, each named by
  * this server, this database and the row's time, and deletes them when
  * Redis has recorded them. Rows are written and deleted in the caller's
  * transaction: an admission that rolls back takes its row with it, and a

@@ -1,7 +1,7 @@
 /*
  * fallback_carry.h
  *		The fallback store's admissions that Redis has not learned of yet
- *		(rl_fallback_carry), carried back by outage.c.
+ *		(rl_fallback_carry), carried back by the switch (carry.c).
  */
 #ifndef SLIDEWIN_FALLBACK_CARRY_H
 #define SLIDEWIN_FALLBACK_CARRY_H

@@ -6,8 +6,9 @@
  *		decided and written on it under the key's lock.
  *
  * This file must not touch the sliding logs or their heads, or talk to
- * Redis; what Redis last counted comes from outage.c, and admissions to be
- * carried back go to fallback_carry.c.
+ * Redis; what Redis last counted comes from the caller (the seed, asked
+ * for under the key's lock), and admissions to be carried back go to
+ * fallback_carry.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -138,7 +139,7 @@ floor_mod(int64 a, int64 b)
  * Otherwise write when admitted, or when forced (shadow mode).
  */
 static void
-counter_call(FbScan *s, const RlArgs *args, const FallbackSeed *seed, int64 cost, bool peek,
+counter_call(FbScan *s, const RlArgs *args, FallbackSeedFn seed_fn, int64 cost, bool peek,
 			 RlOutcome *o)
 {
 	int			algo = (int) args->algorithm;
@@ -153,6 +154,7 @@ counter_call(FbScan *s, const RlArgs *args, const FallbackSeed *seed, int64 cost
 				nb = 0;
 	int64		expires = 0;
 	int64		carry_until = now + win;
+	FallbackSeed seed;
 	bool		live;
 
 	/*
@@ -162,7 +164,7 @@ counter_call(FbScan *s, const RlArgs *args, const FallbackSeed *seed, int64 cost
 	 * when this server last asked, the latest they could have (see
 	 * doc/failure-modes.md).
 	 */
-	live = seed->found && seed->frees_at > now;
+	live = seed_fn(args, &seed) && seed.frees_at > now;
 	state_read(s, algo, now, &r);
 	o->store = "fallback";
 	o->known = true;
@@ -176,8 +178,8 @@ counter_call(FbScan *s, const RlArgs *args, const FallbackSeed *seed, int64 cost
 		int64		own = (r.found && r.s == start) ? (int64) r.a : 0;
 		int64		n = own;
 
-		if (live && seed->seen_at - floor_mod(seed->seen_at, win) == start)
-			n += seed->units;
+		if (live && seed.seen_at - floor_mod(seed.seen_at, win) == start)
+			n += seed.units;
 		o->allowed = (n + cost <= lim);
 		write = !peek && (o->allowed || args->force);
 		o->remaining = Max(lim - n - (write ? cost : 0), 0);
@@ -211,12 +213,12 @@ counter_call(FbScan *s, const RlArgs *args, const FallbackSeed *seed, int64 cost
 		own_p = p;
 		if (live)
 		{
-			int64		sb = seed->seen_at - floor_mod(seed->seen_at, win);
+			int64		sb = seed.seen_at - floor_mod(seed.seen_at, win);
 
 			if (sb == start)
-				c += seed->units;
+				c += seed.units;
 			else if (sb == start - win)
-				p += seed->units;
+				p += seed.units;
 		}
 		e = Max(now - start, 0);
 		est = p * (double) (win - e) / (double) win + c;
@@ -267,7 +269,7 @@ counter_call(FbScan *s, const RlArgs *args, const FallbackSeed *seed, int64 cost
 		double		nt;
 
 		if (live)
-			tat = Max(tat, (double) seed->frees_at);
+			tat = Max(tat, (double) seed.frees_at);
 		nt = tat + cost * t;
 
 		o->allowed = (nt - now <= win + 1e-3);
@@ -297,7 +299,7 @@ counter_call(FbScan *s, const RlArgs *args, const FallbackSeed *seed, int64 cost
 }
 
 void
-fallback_counter_attempt(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
+fallback_counter_attempt(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o)
 {
 	FbScan		s;
 	text	   *key = fallback_stored_key(args);
@@ -314,7 +316,7 @@ fallback_counter_attempt(const RlArgs *args, const FallbackSeed *seed, RlOutcome
 }
 
 void
-fallback_counter_peek(const RlArgs *args, const FallbackSeed *seed, RlOutcome *o)
+fallback_counter_peek(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o)
 {
 	FbScan		s;
 

@@ -9,9 +9,9 @@
 #include "fallback_seed.h"
 #include "limit.h"
 
-extern void fallback_counter_attempt(const RlArgs *args, const FallbackSeed *seed,
+extern void fallback_counter_attempt(const RlArgs *args, FallbackSeedFn seed,
 									 RlOutcome *o);
-extern void fallback_counter_peek(const RlArgs *args, const FallbackSeed *seed,
+extern void fallback_counter_peek(const RlArgs *args, FallbackSeedFn seed,
 								  RlOutcome *o);
 
 #endif							/* SLIDEWIN_FALLBACK_COUNTER_H */

@@ -35,7 +35,7 @@ typedef struct FbWindow
 	int64		cutoff;
 	int64		base;			/* running total before this window */
 	int64		used;			/* seeded included */
-	int64		seeded;			/* units Redis had counted, still spent (outage.c) */
+	int64		seeded;			/* units Redis had counted, still spent (the seed) */
 	int64		seed_frees;		/* when they free */
 } FbWindow;
 
@@ -202,14 +202,14 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
 		if (seed && seed->found)
 		{
 			/*
-			 * What Redis counted (outage.c): its units stay spent until the
+			 * What Redis counted (the seed): its units stay spent until the
 			 * newest of them leaves the window, and this database's rows
 			 * that a call had carried into Redis before Redis answered it
 			 * are among them, so only rows from then on are counted here
 			 * (one admitted in that very microsecond, or carried by a later
 			 * call, may be counted twice: an over-count). A peek's answer,
 			 * or another database's, carried none of this database's rows:
-			 * it moves the units, never that time (outage.c).
+			 * it moves the units, never that time (switch/outage.c).
 			 * Rows between the window's start and that answer are left in
 			 * place (no clean-up from a raised cutoff): if the answer is
 			 * forgotten, they count again.
@@ -399,7 +399,7 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 static uint32 head_sweep_clock = 0;
 
 void
-fallback_log_attempt(FbTableId t, const RlArgs *args, const FallbackSeed *seed,
+fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 					 RlOutcome *o)
 {
 	FbScan		s;
@@ -412,7 +412,9 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, const FallbackSeed *seed,
 	bool		locked = false;
 	bool		wrote = false;
 	int64		now;
+	FallbackSeed seed;
 
+	(void) seed_fn(args, &seed);
 	fallback_scan_open(&s, t, key, RowExclusiveLock);
 	fallback_scan_open(&hs, TBL_HEAD, key, RowExclusiveLock);
 	/* other keys' expired rows go a few at a time, without any lock */
@@ -432,7 +434,7 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, const FallbackSeed *seed,
 			locked = true;
 			continue;
 		}
-		if (!read_state(&s, args, true, hd.found ? &hd : NULL, seed, &st) ||
+		if (!read_state(&s, args, true, hd.found ? &hd : NULL, &seed, &st) ||
 			!decide(&s, &st, args->cost, false, o))
 			continue;
 		o->store = "fallback";
@@ -493,18 +495,20 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, const FallbackSeed *seed,
 }
 
 void
-fallback_log_peek(FbTableId t, const RlArgs *args, const FallbackSeed *seed,
+fallback_log_peek(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 				  RlOutcome *o)
 {
 	FbScan		s;
 	FbState		st;
 	int64		used_longest = 0;
+	FallbackSeed seed;
 
+	(void) seed_fn(args, &seed);
 	fallback_scan_open(&s, t, fallback_stored_key(args), AccessShareLock);
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (read_state(&s, args, false, NULL, seed, &st) &&
+		if (read_state(&s, args, false, NULL, &seed, &st) &&
 			decide(&s, &st, args->cost, true, o))
 			break;
 	}

@@ -9,9 +9,9 @@
 #include "fallback_seed.h"
 #include "fallback_table_int.h"
 
-extern void fallback_log_attempt(FbTableId t, const RlArgs *args, const FallbackSeed *seed,
+extern void fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed,
 								 RlOutcome *o);
-extern void fallback_log_peek(FbTableId t, const RlArgs *args, const FallbackSeed *seed,
+extern void fallback_log_peek(FbTableId t, const RlArgs *args, FallbackSeedFn seed,
 							  RlOutcome *o);
 
 #endif							/* SLIDEWIN_FALLBACK_LOG_H */

@@ -401,7 +401,7 @@ fallback_insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 }
 
 /*
- * For outage.c: the lock a counting algorithm's admissions of the key are
+ * For the switch (carry.c): the lock a counting algorithm's admissions of the key are
  * written under, until their commit; taken here until fallback_unlock_key.
  */
 void

@@ -26,7 +26,7 @@ extern int64 fallback_clock(void);
 
 /*
  * The lock under which a counting algorithm's fallback admissions of the
- * key are written (held by each until its commit): outage.c holds it while
+ * key are written (held by each until its commit): the switch (carry.c) holds it while
  * it carries the key's admissions and Redis decides.
  */
 extern void fallback_lock_key(const RlArgs *args, LOCKTAG *tag);

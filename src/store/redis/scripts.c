@@ -108,7 +108,7 @@ static const char lua_fixed_window[] = LUA_PRELUDE_BASE LUA_FIXED_WINDOW_BODY;
 static const char lua_sliding_counter[] = LUA_PRELUDE_BASE LUA_SLIDING_COUNTER_BODY;
 static const char lua_token_bucket[] = LUA_PRELUDE_BASE LUA_TOKEN_BUCKET_BODY;
 
-/* Carrying the fallback store's admissions back (outage.c). */
+/* Carrying the fallback store's admissions back (switch/carry.c). */
 static const char lua_log_import[] = LUA_PRELUDE_BASE LUA_LOG_IMPORT;
 static const char lua_counter_import[] = LUA_PRELUDE_BASE LUA_COUNTER_IMPORT;
 

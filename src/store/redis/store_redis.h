@@ -62,7 +62,7 @@ extern void redis_store_log_keys(const RlArgs *args, char **log, int *loglen,
 
 /*
  * Carry n admissions of the fallback store back into the key's Redis log
- * (outage.c): entries is "id,age,cost,win;" each (see lua_log_import).
+ * (switch/carry.c): entries is "id,age,cost,win;" each (see lua_log_import).
  * *recorded: how many Redis had not recorded yet. False when Redis cannot
  * answer now, as above.
  */
