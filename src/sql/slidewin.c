@@ -118,6 +118,7 @@ _PG_init(void)
 	check_init();
 	lease_init();
 	outage_init();
+	outage_log_init();
 	fallback_carry_init();
 }
 

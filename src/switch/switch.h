@@ -13,6 +13,10 @@
  *	outage.c		the outage memory (what Redis last counted, per key, in
  *					shared memory), the seed it gives the fallback store, and
  *					carrying the fallback store's admissions back to Redis;
+ *	outage_log.c	an outage in the server log, once per server: a warning
+ *					when calls first fail over, repeated at most once per
+ *					slidewin.outage_log_interval, a line when Redis answers
+ *					again, and since when it has been unreachable;
  *	refund.c and its companions: refunds and releases sent at transaction
  *					end, whichever store recorded the entry.
  *
@@ -66,6 +70,7 @@
 
 #include "deny_cache.h"
 #include "outage.h"
+#include "outage_log.h"
 #include "policy.h"
 #include "refund.h"
 
