@@ -121,6 +121,14 @@ SELECT l.lanname AS headers_language, p.proconfig AS headers_settings,
   FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
  WHERE p.oid = 'rl_headers(rl_result,text)'::regprocedure;
 
+-- 1.10: rl_stats's last column says since when Redis has been unreachable
+-- (NULL while it answers), and everyone may read it, as the view.
+SELECT pg_typeof(redis_unreachable_since) AS unreachable_since_type,
+       has_function_privilege('public', 'rl_redis_outage()', 'EXECUTE') AS public_may_read_outage,
+       (SELECT attname FROM pg_attribute WHERE attrelid = 'rl_stats'::regclass
+         ORDER BY attnum DESC LIMIT 1) AS last_column
+  FROM rl_stats;
+
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any
 -- function is a function call.
@@ -195,7 +203,7 @@ BEGIN
   DROP TABLE updated;
 END $$;
 SET client_min_messages = warning;
-SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8']) AS v,
+SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9']) AS v,
        LATERAL pg_temp.update_from(v) AS u;
 RESET client_min_messages;
 SELECT count(*) AS versions_shipped

@@ -41,6 +41,7 @@ int			slidewin_outage_keys = 4096;
 bool		slidewin_deny_cache = true;
 bool		slidewin_refund_on_abort = false;
 int			slidewin_refund_confirm_timeout = 50;
+int			slidewin_outage_log_interval = 60000;
 
 bool		slidewin_enforce = true;
 int			slidewin_log_denials = -1;
@@ -285,6 +286,17 @@ settings_define(const SettingsHooks *hooks)
 							NULL,
 							&slidewin_redis_retry_interval,
 							1000, 0, 3600000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("slidewin.outage_log_interval",
+							gettext_noop("How often the warning that Redis cannot be reached is repeated while it lasts."),
+							gettext_noop("The first call of the server that Redis cannot answer logs one warning; "
+										 "it is repeated at most once per this interval, and a line is logged "
+										 "when Redis answers again. 0 never repeats it."),
+							&slidewin_outage_log_interval,
+							60000, 0, 86400000,
 							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);

@@ -70,6 +70,7 @@ extern int	slidewin_outage_keys;
 extern bool slidewin_deny_cache;
 extern bool slidewin_refund_on_abort;
 extern int	slidewin_refund_confirm_timeout;	/* ms */
+extern int	slidewin_outage_log_interval;	/* ms; 0: never repeat */
 
 /* What a call shows the caller. */
 extern bool slidewin_enforce;

@@ -119,6 +119,7 @@ _PG_init(void)
 	lease_init();
 	carry_init();			/* before outage_init: see carry.h */
 	outage_init();
+	outage_log_init();
 	fallback_carry_init();
 }
 

@@ -2,8 +2,8 @@
  *
  * stats_views.c
  *		The SQL functions behind the statistics views: rl_stats,
- *		rl_slot_stats, rl_outage_stats, rl_stats_rules, rl_top_keys, and
- *		rl_stats_reset.
+ *		rl_slot_stats, rl_outage_stats, rl_redis_outage, rl_stats_rules,
+ *		rl_top_keys, and rl_stats_reset.
  *
  * They read the counters that stats.c keeps in shared memory, through
  * stats_shared.h and under the locks that stats.c's header comment describes,
@@ -34,11 +34,13 @@
 
 #include "compat.h"
 #include "fallback_carry.h"
+#include "outage_log.h"
 #include "stats_shared.h"
 
 PG_FUNCTION_INFO_V1(slidewin_stats_fn);
 PG_FUNCTION_INFO_V1(slidewin_slot_stats_fn);
 PG_FUNCTION_INFO_V1(slidewin_outage_stats_fn);
+PG_FUNCTION_INFO_V1(slidewin_redis_outage_fn);
 PG_FUNCTION_INFO_V1(slidewin_stats_rules);
 PG_FUNCTION_INFO_V1(slidewin_top_keys);
 PG_FUNCTION_INFO_V1(slidewin_stats_reset);
@@ -189,6 +191,21 @@ slidewin_outage_stats_fn(PG_FUNCTION_ARGS)
 	values[2] = Int64GetDatum((int64) sum[C_OUTAGE_CARRIED]);
 	values[3] = Int64GetDatum(fallback_carry_pending());
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/*
+ * rl_redis_outage() (1.10): since when Redis has been unreachable, NULL while
+ * it answers (outage_log.c). It needs no preloading: without it, the
+ * outage is the one this backend has seen.
+ */
+Datum
+slidewin_redis_outage_fn(PG_FUNCTION_ARGS)
+{
+	TimestampTz since = outage_log_since();
+
+	if (since == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(since);
 }
 
 /* rl_stats_rules(): one row per rule; the overflow row has a NULL rule. */

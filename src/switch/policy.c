@@ -24,6 +24,7 @@
 #include "fallback.h"
 #include "misconf.h"
 #include "outage.h"
+#include "outage_log.h"
 #include "policy.h"
 #include "settings.h"
 #include "stats.h"
@@ -85,6 +86,7 @@ void
 policy_redis_failed(const RedisResult *r)
 {
 	misconf_warn(r);
+	outage_log_failed(r);
 	stats_redis_failed(r->status == RS_FAIL_TIMEOUT);
 	/* Under Cluster the breakers are per node (redis_cluster.c). */
 	if (!redis_target_is_cluster() && slidewin_redis_retry_interval > 0)
@@ -186,6 +188,7 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 			outage_carry_end();
 			if (decides)
 				outage_carry_other();
+			outage_log_answered();
 			after_redis_success();
 			return;
 		}
@@ -199,7 +202,10 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 	 * admit a call Redis has just denied (deny_cache.c, "Known denials").
 	 */
 	if (policy == POLICY_FALLBACK && deny_cache_known_denial(args, o))
+	{
+		outage_log_answer(OUTAGE_KNOWN_DENIAL, &r);
 		return;
+	}
 
 	/*
 	 * A hot standby cannot write its unlogged tables (they have no data
@@ -208,6 +214,8 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 	if (policy == POLICY_FALLBACK && RecoveryInProgress())
 	{
 		policy = slidewin_standby_fallback;
+		if (policy == POLICY_ERROR)
+			outage_log_answer(OUTAGE_ERROR, &r);
 		if (policy == POLICY_ERROR)
 			ereport(ERROR,
 					(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
@@ -219,16 +227,20 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 	switch (policy)
 	{
 		case POLICY_FALLBACK:
+			outage_log_answer(OUTAGE_FALLBACK, &r);
 			fallback_dirty = true;
 			fallback_op(args, o);
 			break;
 		case POLICY_ALLOW:
+			outage_log_answer(OUTAGE_ALLOW, &r);
 			policy_outcome(true, o);
 			break;
 		case POLICY_DENY:
+			outage_log_answer(OUTAGE_DENY, &r);
 			policy_outcome(false, o);
 			break;
 		default:
+			outage_log_answer(OUTAGE_ERROR, &r);
 			policy_unavailable_error(&r);
 	}
 }

@@ -14,6 +14,10 @@
  *					shared memory) and the seed it gives the fallback store;
  *	carry.c			carrying the fallback store's admissions back to Redis,
  *					and the fallback store's side of a call;
+ *	outage_log.c	an outage in the server log, once per server: a warning
+ *					when calls first fail over, repeated at most once per
+ *					slidewin.outage_log_interval, a line when Redis answers
+ *					again, and since when it has been unreachable;
  *	refund.c and its companions: refunds and releases sent at transaction
  *					end, whichever store recorded the entry.
  *
@@ -25,10 +29,14 @@
  *
  *	2. The fallback store starts from what Redis counted. Every answer Redis
  *	   gives to an attempt or a peek is kept in the outage memory; a fallback
- *	   call of the key is handed it as its seed (FallbackSeed), together with
- *	   the calls of the key that are on their way to Redis, which count as
+ *	   call of the key gets it as its seed (FallbackSeed), together with the
+ *	   calls of the key that are on their way to Redis, which count as
  *	   admitted for a whole window (also for a key Redis never answered on
- *	   this server). The fallback store never asks where a seed comes from.
+ *	   this server). The store asks for the seed through the source the
+ *	   switch hands it (outage_seed) as its decision starts, for the counting
+ *	   algorithms under the key's lock, which a carry holds until Redis has
+ *	   decided: no seed is older than the state it is added to. The store
+ *	   never learns where a seed comes from.
  *
  *	3. An answer stands in for the fallback store's own rows only if those
  *	   rows are in Redis. The outage memory says up to when (carried_to) and
@@ -68,6 +76,7 @@
 #include "carry.h"
 #include "deny_cache.h"
 #include "outage.h"
+#include "outage_log.h"
 #include "policy.h"
 #include "refund.h"
 

@@ -148,6 +148,13 @@ extern void redis_select_link(int i);
 /* Does slidewin.redis_url name a Redis Cluster (redis-cluster://)? */
 extern bool redis_target_is_cluster(void);
 
+/*
+ * Where slidewin.redis_url points, for a message: host:port (the sentinels
+ * and the master's name, the cluster's seeds, or a socket's path), never
+ * the user or the password. Truncated to size.
+ */
+extern void redis_target_describe(char *buf, size_t size);
+
 /* Which server slidewin.redis_url names (0: none); changes with the URL. */
 extern uint32 redis_target_id(void);
 

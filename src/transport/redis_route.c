@@ -106,6 +106,53 @@ redis_target_is_cluster(void)
 	return redis_target_set && redis_target.cluster;
 }
 
+/* host:port, with an IPv6 address in brackets, appended at buf + *len. */
+static void
+describe_host_port(char *buf, size_t size, size_t *len, const char *host, int port)
+{
+	if (*len >= size)
+		return;
+	*len += snprintf(buf + *len, size - *len,
+					 strchr(host, ':') != NULL ? "[%s]:%d" : "%s:%d", host, port);
+}
+
+void
+redis_target_describe(char *buf, size_t size)
+{
+	size_t		len = 0;
+	const RedisTarget *t = &redis_target;
+
+	if (size == 0)
+		return;
+	buf[0] = '\0';
+	if (!redis_target_set)
+		snprintf(buf, size, "(no server)");
+	else if (t->is_unix)
+		snprintf(buf, size, "unix:%s", t->path);
+	else if (t->nsentinels > 0)
+	{
+		len = snprintf(buf, size, "master \"%s\" of the sentinels ", t->master);
+		for (int i = 0; i < t->nsentinels && len < size; i++)
+		{
+			if (i > 0 && len < size)
+				len += snprintf(buf + len, size - len, ",");
+			describe_host_port(buf, size, &len, t->sentinels[i].host, t->sentinels[i].port);
+		}
+	}
+	else if (t->cluster)
+	{
+		len = snprintf(buf, size, "the cluster of seeds ");
+		for (int i = 0; i < t->nseeds && len < size; i++)
+		{
+			if (i > 0 && len < size)
+				len += snprintf(buf + len, size - len, ",");
+			describe_host_port(buf, size, &len, t->seeds[i].host, t->seeds[i].port);
+		}
+	}
+	else
+		describe_host_port(buf, size, &len, t->host, t->port);
+}
+
 /* ---------------------------------------------------------------------
  * Sentinel: which server is the master
  *

@@ -59,9 +59,10 @@
  * entry points (attempt, peek, refund, reset) and its sweeps.
  *
  * This store must not talk to Redis, decide when it is used, or call the
- * switch that does (src/switch): what Redis had counted comes in with a
- * call (FallbackSeed, fallback_seed.h), and what this store wrote for Redis
- * to learn of goes back out in RlOutcome.carry_units.
+ * switch that does (src/switch): what Redis had counted is asked of the
+ * seed source a call brings (FallbackSeedFn, fallback_seed.h), and what
+ * this store wrote for Redis to learn of goes back out in
+ * RlOutcome.carry_units.
  *
  *-------------------------------------------------------------------------
  */
