@@ -76,8 +76,11 @@ demo: deps
 	$(MAKE) install
 	@bash test/demo.sh
 
+# make test builds on every CPU: CI calls plain `make test`, and a serial
+# build of the library (objects and bitcode) left a core idle.
+NPROC := $(shell nproc 2>/dev/null || echo 1)
 test: deps
-	$(MAKE) all
+	$(MAKE) -j$(NPROC) all
 	$(MAKE) install
 	@bash test/run_all.sh
 

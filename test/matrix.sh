@@ -27,6 +27,19 @@
 # about 2 GB each, kept and reused; remove it to start over),
 # SLIDEWIN_MATRIX_SUITES (default "trixie sid experimental").
 #
+# Preparing ahead: `test/matrix.sh --prepare STATEDIR` only sets the chroots
+# up (debootstrap, the packages, the checkout; what `setup` below does), one
+# suite after the other, at the lowest CPU and I/O priority. Each suite's log
+# is DIR/SUITE.prep.log, and when a suite is done its exit status is written
+# to STATEDIR/SUITE.rc. .ci/run starts this in the background before
+# `make test`, so that the downloads and the package installs (minutes per
+# chroot, most of it dpkg) overlap the host suite, which mostly waits. A
+# `make test-matrix` run with SLIDEWIN_MATRIX_PREPARED=STATEDIR then waits
+# for each suite's STATEDIR/SUITE.rc before it tests that suite: a failed
+# preparation is that suite's "setup failed", with the end of its log, as a
+# failed setup always was; a successful one leaves only the quick part of the
+# setup (the checkout copied again, test/deps.sh finding all present).
+#
 # Output: each suite's run, then a table of suite x result, then one line
 # `N passed, M failed` over the counted suites. Exit status 1 if a counted
 # suite failed.
@@ -36,6 +49,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 dir=${SLIDEWIN_MATRIX_DIR:-/var/tmp/slidewin-matrix}
 read -r -a suites <<<"${SLIDEWIN_MATRIX_SUITES:-trixie sid experimental}"
+prepare_into=
+if [[ ${1:-} == --prepare ]]; then
+	prepare_into=${2:?--prepare needs a state directory}
+fi
+prepared=${SLIDEWIN_MATRIX_PREPARED:-}
 
 die() {
 	echo "test-matrix: $*" >&2
@@ -97,6 +115,10 @@ setup() {
 		fi
 		touch "$root/.slidewin-base"
 	fi
+	# A throwaway test bed: dpkg need not fsync every file it unpacks (the
+	# packages of test/deps.sh are most of a chroot's setup time).
+	mkdir -p "$root/etc/dpkg/dpkg.cfg.d"
+	echo force-unsafe-io >"$root/etc/dpkg/dpkg.cfg.d/99slidewin-unsafe-io"
 	if [[ ! -e $root/.slidewin-ready ]]; then
 		echo "  installing make (and, for experimental, its newest PostgreSQL)"
 		local pre='export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends make'
@@ -130,6 +152,66 @@ setup() {
 	return 0
 }
 
+# ---- --prepare: the setups alone, for a later run to wait on ------------------
+if [[ -n $prepare_into ]]; then
+	mkdir -p "$prepare_into" || die "cannot create $prepare_into"
+	echo $$ >"$prepare_into/pid"
+	# prep_status SUITE STATUS: STATEDIR/SUITE.rc, written whole or not at all.
+	prep_status() {
+		echo "$2" >"$prepare_into/$1.rc.tmp" && mv -f "$prepare_into/$1.rc.tmp" "$prepare_into/$1.rc"
+	}
+	# A suite not prepared when this ends (a signal) is reported as failed,
+	# so that nothing waits for it in vain.
+	prep_left=("${suites[@]}")
+	# shellcheck disable=SC2317
+	prep_exit() {
+		local s
+		for s in "${prep_left[@]}"; do
+			echo "test-matrix --prepare: stopped before $s was prepared" >>"$dir/$s.prep.log"
+			prep_status "$s" 1
+		done
+	}
+	trap prep_exit EXIT
+	trap 'exit 143' TERM INT
+	# The host suite runs meanwhile and has timing-sensitive tests: yield
+	# the CPU and the disk to it.
+	renice -n 19 -p $$ >/dev/null 2>&1
+	command -v ionice >/dev/null 2>&1 && ionice -c 2 -n 7 -p $$ >/dev/null 2>&1
+	prep_failed=0
+	for suite in "${suites[@]}"; do
+		log=$dir/$suite.prep.log
+		: >"$log"
+		start=$(date +%s)
+		setup "$suite" "$dir/$suite" "$log" >>"$log" 2>&1
+		rc=$?
+		echo "test-matrix --prepare: $suite: status $rc after $(($(date +%s) - start)) s" | tee -a "$log"
+		prep_left=("${prep_left[@]:1}")
+		prep_status "$suite" "$rc"
+		((rc == 0)) || prep_failed=1
+	done
+	exit "$prep_failed"
+fi
+
+# wait_prepared SUITE: wait for SUITE's preparation (--prepare, started by
+# .ci/run) to end; its status is the preparation's.
+wait_prepared() {
+	local suite=$1 pid waited=0 rc
+	pid=$(cat "$prepared/pid" 2>/dev/null)
+	while [[ ! -f $prepared/$suite.rc ]]; do
+		if [[ -z $pid ]] || ! kill -0 "$pid" 2>/dev/null; then
+			sleep 1 # it may have written the file as it ended
+			[[ -f $prepared/$suite.rc ]] && break
+			echo "  the background preparation ended without a status for $suite"
+			return 1
+		fi
+		sleep 5
+		waited=$((waited + 5))
+	done
+	rc=$(cat "$prepared/$suite.rc")
+	echo "  prepared in the background (log $dir/$suite.prep.log): status $rc; waited ${waited} s for it"
+	[[ $rc == 0 ]]
+}
+
 declare -A result=() versions=() counted=()
 total_passed=0
 total_failed=0
@@ -142,6 +224,12 @@ for suite in "${suites[@]}"; do
 	hi=$((lo + 8999))
 	i=$((i + 1))
 	printf '\n======== test-matrix: %s ========\n' "$suite"
+	if [[ -n $prepared ]] && ! wait_prepared "$suite"; then
+		tail -n 40 "$dir/$suite.prep.log"
+		result[$suite]="setup failed"
+		[[ $suite == trixie ]] && counted[$suite]=1 && total_failed=$((total_failed + 1))
+		continue
+	fi
 	start=$(date +%s)
 	if ! setup "$suite" "$root" "$log"; then
 		tail -n 40 "$log"
