@@ -29,6 +29,12 @@ start_pg "$pg_port" "$work/pg" "$redis_port" >/dev/null
 
 echo "slidewin demo: PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis_port"
 "$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo.sql"
+# The outage of scene 8, as the server logged it: one WARNING when the first
+# call failed over, one LOG line when Redis answered again.
+echo
+echo "== The outage of scene 8 in the server log: one line when it began, one when it ended"
+grep -E 'slidewin (still )?cannot reach Redis|slidewin reaches Redis at' -A1 "$work/pg/postgres.log" |
+	sed -E 's/^[0-9-]+ [0-9:.]+ [A-Z]+ \[[0-9]+\] //; s/^/   /' | grep -v '^   --$' || true
 "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo_boundary.sql"
 # The same experiment on the test clock, call by call, drawn with gnuplot.
 chart_dir=${SLIDEWIN_DEMO_CHARTS:-$here/bench/charts}

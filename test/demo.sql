@@ -158,6 +158,8 @@ SET slidewin.redis_retry_interval = 0;
 SELECT n AS request, (r).allowed, (r).remaining, (r).store
 FROM (SELECT n, rl_attempt('demo:api:bob', 3, '1 minute') AS r
       FROM generate_series(1, 3) AS n) AS calls;
+\echo 'The server knows since when Redis has been unreachable (and said so once in its log, shown below):'
+SELECT redis_unreachable_since IS NOT NULL AS redis_unreachable, redis_unreachable_since > now() - interval '1 minute' AS since_moments_ago FROM rl_stats;
 \echo 'Each call site may choose its own policy: fail open for a cheap call, closed for an expensive one.'
 SELECT 'cheap, fail open'   AS call_site, allowed, store FROM rl_attempt('demo:api:carol', 100, '1 minute', 1, 'allow')
 UNION ALL
