@@ -350,20 +350,6 @@ run_pgxs_suite isolation "$PG_ISOLATION_REGRESS" "$repo/test/isolation" isolatio
 
 # ---- TAP ------------------------------------------------------------------------
 
-# The TAP files that take longest (wallclock; each waits mostly on timers,
-# servers and failovers, not on the CPU), slowest first, as measured in CI.
-# They start before all the others: with the longest ones first the slots
-# run out of work at nearly the same time, where in name order a long file
-# that starts late (140_soak) ran alone at the end of each pass. A file
-# missing here only starts later; one listed here that does not exist is
-# ignored.
-tap_slow_first=(
-	057_outage_exact 080_tls 140_soak 056_leases 058_log_trim
-	101_cluster_moves 090_sentinel 110_stats 064_misconf 100_cluster
-	012_recovery 010_concurrency 054_refund_confirm 102_cluster_tls
-	070_many_servers
-)
-
 run_tap_suite() {
 	(($# > 0)) || return 0
 	banner "TAP ($# files, $tap_jobs at a time)"
@@ -410,19 +396,7 @@ run_tap_suite() {
 	fi
 
 	# Start up to $tap_jobs files at once; collect exit statuses by pid.
-	# The slow files start first (tap_slow_first, below), the others after
-	# them in name order; the output stays in name order.
-	local -a queue=()
-	local -A is_slow=()
-	for t in "${tap_slow_first[@]}"; do
-		is_slow[$t]=1
-		if printf '%s\n' "$@" | grep -qxF -- "$t"; then
-			queue+=("$t")
-		fi
-	done
-	for t in "$@"; do
-		[[ -n ${is_slow[$t]:-} ]] || queue+=("$t")
-	done
+	local -a queue=("$@")
 	local -A name_of=()
 	while ((${#queue[@]} > 0 || ${#name_of[@]} > 0)); do
 		while ((${#queue[@]} > 0 && ${#name_of[@]} < tap_jobs)); do
