@@ -25,7 +25,7 @@
 
 MODULE_big = slidewin
 # The layers of src/, from the ground up (src/LAYERS; make check-layers).
-LAYER_DIRS = src/base src/transport src/store/redis src/store/fallback src/switch src/sql
+LAYER_DIRS = src src/base src/transport src/store/redis src/store/fallback src/switch src/sql
 OBJS = $(patsubst %.c,%.o,$(sort $(foreach d,$(LAYER_DIRS),$(wildcard $(d)/*.c))))
 EXTENSION = slidewin
 DATA = sql/slidewin--1.0.sql sql/slidewin--1.0--1.1.sql sql/slidewin--1.1--1.2.sql sql/slidewin--1.2--1.3.sql sql/slidewin--1.3--1.4.sql sql/slidewin--1.4--1.5.sql sql/slidewin--1.5--1.6.sql sql/slidewin--1.6--1.7.sql sql/slidewin--1.7--1.8.sql sql/slidewin--1.8--1.9.sql sql/slidewin--1.9--1.10.sql

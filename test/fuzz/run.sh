@@ -100,6 +100,7 @@ fi
 cflags=(-g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter -Wno-ignored-attributes
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
 	-I"$server_inc")
+cflags+=(-I"$repo/src")
 for d in "$repo"/src/*/ "$repo"/src/*/*/; do cflags+=(-I"${d%/}"); done
 
 # newer_than OUT IN...: true when OUT is missing or older than any IN.
@@ -114,7 +115,7 @@ newer_than() {
 }
 
 mkdir -p "$build" || exit 1
-headers=("$repo"/src/*/*.h "$repo"/src/*/*/*.h "$here"/*.h)
+headers=("$repo"/src/*.h "$repo"/src/*/*.h "$repo"/src/*/*/*.h "$here"/*.h)
 built=0
 for p in "${pure[@]}"; do
 	o=$build/${p##*/}.o

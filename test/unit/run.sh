@@ -27,6 +27,7 @@ cc=${UNIT_CC:-cc}
 pure=(transport/cluster_slots transport/redis_url transport/reply_cap)
 cflags=(-g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined)
+cflags+=(-I"$repo/src")
 for d in "$repo"/src/*/ "$repo"/src/*/*/; do cflags+=(-I"${d%/}"); done
 
 tests=()
