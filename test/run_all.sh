@@ -58,6 +58,8 @@
 #   SLIDEWIN_PORT_RANGE    LO-HI: ports for the servers started here and for
 #                          the TAP scripts' Redis servers (see test/lib.sh)
 #   SLIDEWIN_KEEP=1        keep the work directory (logs, data) afterwards
+#   SLIDEWIN_TAP_TIMES=1   each TAP check notes in its log the time since the
+#                          script began and since the check before
 #   SLIDEWIN_ONLY=REGEX    run only the tests whose names match (egrep); the
 #                          benchmark smoke runs only if "bench" matches, and a
 #                          fuzz target or unit test by its name (fuzz_url,
@@ -104,6 +106,11 @@ tap_log_lines=150
 passed=0
 failed=0
 failures=()
+# The machine's CPU time (all cores: busy, total) at the start, from
+# /proc/stat, for the line at the end that says how busy this run kept it.
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat 2>/dev/null; }
+read -r cpu_busy0 cpu_all0 < <(cpu_ticks)
+started_at=$SECONDS
 work=
 finished=
 interrupted=
@@ -160,6 +167,11 @@ finish() {
 	if ((passed + failed == 0)); then
 		echo "no tests found: nothing was checked"
 		failed=1
+	fi
+	local cpu_busy1 cpu_all1
+	if read -r cpu_busy1 cpu_all1 < <(cpu_ticks) && ((cpu_all1 > cpu_all0)); then
+		echo "took $((SECONDS - started_at)) s; the machine's CPUs were busy" \
+			"$(((cpu_busy1 - cpu_busy0) * 100 / (cpu_all1 - cpu_all0)))% of it ($(nproc) cores)"
 	fi
 	if ((${#failures[@]} > 0)); then
 		echo
@@ -384,6 +396,7 @@ run_tap_suite() {
 		PG_REGRESS="$PG_REGRESS"
 		PG_TEST_PORT_DIR="${PG_TEST_PORT_DIR:-$tapdir/portlock}"
 		SLIDEWIN_SRC="$src"
+		SLIDEWIN_TAP_TIMES="${SLIDEWIN_TAP_TIMES:-}"
 	)
 	if [[ -n $server_ok ]]; then
 		# PostgreSQL::Test::Utils deletes PGHOST and PGPORT when it loads, so
@@ -427,6 +440,11 @@ run_tap_suite() {
 			echo "$t: TIMED OUT after $tap_timeout s (SLIDEWIN_TAP_TIMEOUT): a hang, or a very slow machine"
 		fi
 		fail "TAP: $t"
+		# What failed, in the list printed last (the end of a long log
+		# is often all a reader of CI gets): Test::More's own lines.
+		while IFS= read -r line; do
+			failures+=("  $line")
+		done < <(grep -E -A6 '^#   Failed test' "$tapdir/$t.out" | grep -v '^--$' | head -n 30)
 		banner "TAP $t: last $tap_log_lines lines of its log"
 		if [[ -f $tapdir/tmp_check/log/regress_log_$t ]]; then
 			tail -n "$tap_log_lines" "$tapdir/tmp_check/log/regress_log_$t"

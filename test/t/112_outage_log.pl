@@ -97,7 +97,12 @@ for my $i (1 .. $#stamps)
 	my $gap = $stamps[$i] - $stamps[$i - 1];
 	$closest = $gap if $gap < $closest;
 }
-cmp_ok($closest, '>=', 0.95, 'no two repeats within one interval') if @stamps > 1;
+# A line's time is when it was written, a little after the backend claimed
+# the repeat (the compare-and-swap in outage_log.c): on a loaded machine a
+# backend can be descheduled in between, so two lines can be closer than
+# the interval by that delay. Two backends that both repeated the same
+# interval would write within milliseconds of each other.
+cmp_ok($closest, '>=', 0.5, 'no two repeats within one interval') if @stamps > 1;
 like($log, qr/DETAIL:  Unreachable since \d{4}-[^;]*; \d+ calls have failed over since then\./,
 	'a repeat says since when, and how many calls failed over');
 
