@@ -58,8 +58,6 @@
 #   SLIDEWIN_PORT_RANGE    LO-HI: ports for the servers started here and for
 #                          the TAP scripts' Redis servers (see test/lib.sh)
 #   SLIDEWIN_KEEP=1        keep the work directory (logs, data) afterwards
-#   SLIDEWIN_TAP_TIMES=1   each TAP check notes in its log the time since the
-#                          script began and since the check before
 #   SLIDEWIN_ONLY=REGEX    run only the tests whose names match (egrep); the
 #                          benchmark smoke runs only if "bench" matches, and a
 #                          fuzz target or unit test by its name (fuzz_url,
@@ -396,7 +394,6 @@ run_tap_suite() {
 		PG_REGRESS="$PG_REGRESS"
 		PG_TEST_PORT_DIR="${PG_TEST_PORT_DIR:-$tapdir/portlock}"
 		SLIDEWIN_SRC="$src"
-		SLIDEWIN_TAP_TIMES="${SLIDEWIN_TAP_TIMES:-}"
 	)
 	if [[ -n $server_ok ]]; then
 		# PostgreSQL::Test::Utils deletes PGHOST and PGPORT when it loads, so

@@ -56,24 +56,6 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-# SLIDEWIN_TAP_TIMES=1: after each check, a note in the script's log with the
-# seconds since the script began and since the check before, to find where
-# a slow script spends its time (doc/testing.md).
-if ($ENV{SLIDEWIN_TAP_TIMES})
-{
-	my $began = Time::HiRes::time();
-	my $last = $began;
-	my $ok = \&Test::Builder::ok;
-	no warnings 'redefine';
-	*Test::Builder::ok = sub {
-		my $result = $ok->(@_);
-		my $now = Time::HiRes::time();
-		$_[0]->note(sprintf('time: %.2f s (+%.2f s)', $now - $began, $now - $last));
-		$last = $now;
-		return $result;
-	};
-}
-
 # Seconds on a clock that never steps (the wall clock of a virtual machine
 # can), for the deadlines of the waits below.
 sub _mono { return Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) }
