@@ -18,10 +18,11 @@ my $node = SlidewinTest::new_node('trim', $redis, [ 'slidewin.redis_retry_interv
 
 # Calls at T0 + ms, on the test clock; remaining as Redis answered. The
 # window is 1 s of the test clock, and the script gives the key an expiry
-# of about that in Redis, which counts real time: a slow step (a sanitizer
-# build took 1.2 s for one) would let the key expire between two calls. So
-# the keys are kept 10 minutes after each call; what is tested is the
-# layout of the log, not its expiry.
+# of about that in Redis, which counts real time. So a run of calls on a
+# key goes in one session, a few milliseconds apart (a new psql for each
+# took seconds apiece on a busy machine, long enough for the key to expire
+# between two calls), and the keys are then kept 10 minutes: what is
+# tested is the layout of the log, not its expiry.
 my $t0 = '2030-01-01 00:00:00+00';
 sub keep_keys
 {
@@ -29,16 +30,28 @@ sub keep_keys
 	$redis->cli('pexpire', "slidewin:$_:$key", '600000') for qw(log logr);
 	return;
 }
+# calls_at($key, $lim, [$ms, $cost], ...): the calls in one session, in
+# order; returns each one's "allowed|remaining|store".
+sub calls_at
+{
+	my ($key, $lim, @calls) = @_;
+	my $sql = '';
+	for my $c (@calls)
+	{
+		my ($ms, $cost) = @$c;
+		$cost //= 1;
+		$sql .= qq{SELECT set_config('slidewin.test_now', ('$t0'::timestamptz + interval '$ms milliseconds')::text, false) \\g /dev/null
+SELECT (r).allowed, (r).remaining, (r).store FROM rl_attempt('$key', $lim, '1 second', $cost) r;
+};
+	}
+	my @r = split /\n/, $node->safe_psql('postgres', $sql);
+	keep_keys($key);
+	return @r;
+}
 sub call_at
 {
 	my ($key, $ms, $lim, $cost) = @_;
-	$cost //= 1;
-	my $r = $node->safe_psql('postgres', qq{
-		SELECT set_config('slidewin.test_now', ('$t0'::timestamptz + interval '$ms milliseconds')::text, false) \\g /dev/null
-		SELECT (r).allowed, (r).remaining, (r).store
-		FROM rl_attempt('$key', $lim, '1 second', $cost) r});
-	keep_keys($key);
-	return $r;
+	return (calls_at($key, $lim, [ $ms, $cost ]))[0];
 }
 sub log_of { return [ split /\n/, scalar $redis->cli('zrange', "slidewin:log:$_[0]", '0', '-1', 'withscores') ] }
 sub zcard { return $redis->cli('zcard', $_[0]) }
@@ -46,8 +59,7 @@ sub zcard { return $redis->cli('zcard', $_[0]) }
 my $us0 = $node->safe_psql('postgres', qq{SELECT (extract(epoch FROM '$t0'::timestamptz) * 1000000)::bigint});
 
 # A busy key: 40 calls 100 ms apart, window 1 s.
-my $last;
-$last = call_at('trim:busy', $_ * 100, 1000) for 0 .. 39;
+my $last = (calls_at('trim:busy', 1000, map { [ $_ * 100 ] } 0 .. 39))[-1];
 is($last, 't|990|redis', 'busy key: ten units in the last second (remaining 990 of 1,000)');
 my $log = log_of('trim:busy');
 is(scalar(@$log) / 2, 11, 'busy key: ten live entries and one base in Redis, no more');
@@ -56,16 +68,16 @@ is($log->[0], '30', 'its member: the 30 units admitted before the window');
 
 # Several leave at once: a burst of 30 one millisecond apart, then a call
 # 1.015 s after the burst's start: 16 have left.
-call_at('trim:burst', 10_000 + $_, 1000) for 0 .. 29;
-is(call_at('trim:burst', 11_015, 1000), 't|985|redis', 'burst: 14 still in the window, plus this call');
+is((calls_at('trim:burst', 1000, (map { [ 10_000 + $_ ] } 0 .. 29), [11_015]))[-1], 't|985|redis',
+	'burst: 14 still in the window, plus this call');
 $log = log_of('trim:burst');
 is(scalar(@$log) / 2, 16, 'burst: 15 live entries and one base');
 is($log->[1], $us0 + 10_015_000, 'the base is the newest of the 16 that left');
 
 # A few leave at once (removed by name, as one does on a busy key): six
 # calls 1 ms apart, then a call 1.004 s after the first: five have left.
-call_at('trim:few', 50_000 + $_, 1000) for 0 .. 5;
-is(call_at('trim:few', 51_004, 1000), 't|998|redis', 'a few left: one still in the window, plus this call');
+is((calls_at('trim:few', 1000, (map { [ 50_000 + $_ ] } 0 .. 5), [51_004]))[-1], 't|998|redis',
+	'a few left: one still in the window, plus this call');
 $log = log_of('trim:few');
 is_deeply($log, [ '5', $us0 + 50_004_000, '6', $us0 + 50_005_000, '7', $us0 + 51_004_000 ],
 	'a few left: the newest of them is the base, the other four are gone');
@@ -97,8 +109,7 @@ $node->safe_psql('postgres', qq{
 	SELECT rl_attempt('trim:led', 10, '1 second', 3);
 	ROLLBACK;});
 keep_keys('trim:led');
-call_at('trim:led', 40_100 + $_ * 100, 10) for 0 .. 3;
-is(call_at('trim:led', 40_600, 10, 6), 't|0|redis',
+is((calls_at('trim:led', 10, (map { [ 40_100 + $_ * 100 ] } 0 .. 3), [ 40_600, 6 ]))[-1], 't|0|redis',
 	'ledger: the refunded 3 units do not count (4 + 6 of 10)');
 is(call_at('trim:led', 41_450, 10, 1), 't|3|redis',
 	'ledger: once the refunded entry and the next four have left, 6 + 1 of 10');
