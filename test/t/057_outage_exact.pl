@@ -367,24 +367,36 @@ sub gcra_ahead
 # ('restarted') for longer than the window, so that the outage holds a
 # boundary of the aligned windows (and buckets): a key Redis filled before
 # the outage gets fallback admissions after the boundary, which Redis then
-# learns. Returns (calls by key, down, up).
+# learns. The outage begins 1 s before a boundary (at least $down_at s into
+# the run), so that 3.5 s of it follow the boundary, and 0.5 s of that
+# window follow the outage. Where the boundary fell by chance, it could
+# come in the outage's last tenths of a second: Redis's denials just
+# before the outage (the deny cache keeps them) and the sliding counter's
+# previous window left the fallback store no room to admit in that time,
+# and a run checked nothing across the switch (a CI run's fallback store
+# admitted 0 for the sliding counter). Returns (calls by key, down, up).
 sub counting_run
 {
 	my ($run, $mode, @nodes) = @_;
 	my $t0 = time;
+	my $boundary = (int(($t0 + $down_at + 1) / $win_s) + 1) * $win_s;
+	my $down_rel = $boundary - 1 - $t0;
+	my $up_rel = $down_rel + $win_s + 0.5;
 	my @b;
 	for my $n (@nodes)
 	{
 		my ($out, $err) = ('', '');
-		my @cmd = ('pgbench', '-n', '-c', 8 / @nodes, '-j', 2, '-T', $duration + 2,
+		my @cmd = ('pgbench', '-n', '-c', 8 / @nodes, '-j', 2, '-T', int($up_rel + 5.99),
 			'-D', "run=$run", '-f', $cscript, '-h', $n->host, '-p', $n->port, 'postgres');
 		push @b, { h => IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err),
 			out => \$out, err => \$err, name => $n->name };
 	}
-	my $down = sleep_until($t0, $down_at);
+	my $down = sleep_until($t0, $down_rel);
 	$mode eq 'restarted' ? $redis->kill9 : $redis->freeze;
-	my $up = sleep_until($t0, $down_at + $win_s + 0.5);
+	my $up = sleep_until($t0, $up_rel);
 	$mode eq 'restarted' ? $redis->restart : $redis->thaw;
+	note(sprintf('run %d: Redis %s at +%.2f s, back at +%.2f s, a window boundary at +%.2f s',
+		$run, $mode eq 'restarted' ? 'killed' : 'frozen', $down - $t0, $up - $t0, $boundary - $t0));
 	bench_done($_, "counting, run $run") for @b;
 	my $by = counting_calls($run, @nodes);
 	my %fb;
