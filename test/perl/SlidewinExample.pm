@@ -451,6 +451,146 @@ sub check_refusals
 	return;
 }
 
+# check_readme($node, $dir, $app_port): the commands of the example's
+# README.md, run as a reader would run them, against $node (which must
+# preload slidewin and listen on 127.0.0.1, as the README sets up), and
+# their output compared with what the README shows. A shell block is run
+# when an HTML comment marks it:
+#
+#   <!-- test: system -->  installs packages or changes the system's
+#                          PostgreSQL: not run; the test's own servers are
+#                          set up the same way (preloaded, slidewin.redis_url
+#                          naming the test's Redis), and its dependencies
+#                          installed (npm ci, make deps)
+#   <!-- test: db -->      run by bash, with PGHOST, PGPORT and PGUSER naming
+#                          $node and its superuser, and a shell function
+#                          runuser that runs `runuser -u postgres -- CMD` as
+#                          CMD: in the test, the node's superuser is the user
+#                          the test runs as
+#   <!-- test: app -->     started in the background, the README's port of
+#                          the app replaced by $app_port, with PGPORT naming
+#                          $node (the README leaves it at 5432)
+#   <!-- test: curl -->    run by bash, with the app's port replaced, and its
+#                          output compared with the next fenced block
+#
+# Output compared, trailing white space aside: lines of a block without an
+# HTTP status line must be equal. For an answer shown by `curl -i`, the status line and the body must
+# be equal, and each header line shown must be in the answer with the same
+# value (names compared without case), except that a date and
+# X-RateLimit-Reset may have any value, and Retry-After and RateLimit's t may
+# be up to 5 s below the value shown (the seconds a reader spends between the
+# calls). A line "..." stands for headers not shown; without it, the answer
+# must have no header the README does not show.
+sub check_readme
+{
+	my ($node, $dir, $readme_port) = @_;
+	my $text = slurp_file("$dir/README.md");
+	my @blocks;
+	while ($text =~ /<!-- test: (\w+) -->\n```[a-z]*\n(.*?)```\n/gs)
+	{
+		my ($kind, $code) = ($1, $2);
+		my $expected;
+		($expected) = substr($text, pos($text)) =~ /\A\s*```[a-z]*\n(.*?)```\n/s if $kind eq 'curl';
+		croak "README.md: a curl block without the output that follows it" if $kind eq 'curl' && !defined $expected;
+		push @blocks, { kind => $kind, code => $code, expected => $expected };
+	}
+	my %n;
+	$n{ $_->{kind} }++ for @blocks;
+	ok($n{system} && $n{db} && $n{app} && $n{curl},
+		'README.md has marked blocks: ' . join(', ', map { "$n{$_} $_" } sort keys %n));
+	my $port = SlidewinTest::free_port();
+	my $user = $node->safe_psql('postgres', 'SELECT current_user');
+	local %ENV = (%ENV, PGHOST => '127.0.0.1', PGPORT => $node->port);
+	my $shim = 'runuser() { [ "$1 $2 $3" = "-u postgres --" ] || { echo "runuser $*: not as in the README" >&2; return 99; }; shift 3; PGUSER=' . $user . ' "$@"; }' . "\n";
+	my $app;
+	for my $b (@blocks)
+	{
+		(my $code = $b->{code}) =~ s/\b$readme_port\b/$port/g;
+		my $first = (split /\n/, $b->{code})[0];
+		if ($b->{kind} eq 'db')
+		{
+			my $out = run_in($dir, [ 'bash', '-e', '-c', $shim . $code ], "README: $first", 60);
+			pass("README's block runs: $first");
+		}
+		elsif ($b->{kind} eq 'app')
+		{
+			my $log = "$dir/readme-app.log";
+			# bash -c runs a single command by exec: the app is its child, not bash's
+			my $h = IPC::Run::start([ 'bash', '-c', $code ], '<', \undef, '>', $log, '2>&1',
+				init => sub { chdir $dir or die "chdir $dir: $!" });
+			$app = { h => $h, port => $port, dir => $dir, log => $log, name => "README's app" };
+			push @apps, $app;
+			SlidewinTest::wait_for("the README's app to listen on port $port", sub {
+				croak "the README's app exited before it listened:\n" . slurp_file($log) unless $h->pumpable;
+				my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+					Proto => 'tcp', Timeout => 1);
+				return 0 unless $s;
+				close $s;
+				return 1;
+			}, 30);
+			pass("README's app starts: $first");
+		}
+		elsif ($b->{kind} eq 'curl')
+		{
+			croak 'README.md: a curl block before the app block' unless $app;
+			my $out = run_in($dir, [ 'bash', '-e', '-c', $code ], "README: $first", 60);
+			my @diff = compare_output($out, $b->{expected});
+			is(join("\n", @diff), '', "README's output as shown: $first")
+			  or diag("shown:\n$b->{expected}\ngot:\n$out");
+		}
+	}
+	ok(stop_app($app), "the README's app stops on SIGTERM") if $app;
+	return;
+}
+
+# compare_output($got, $shown): the differences, as check_readme says
+sub compare_output
+{
+	my ($got, $shown) = @_;
+	$got =~ s/\r\n/\n/g;
+	# curl -i ends with the body, which has no newline of its own
+	s/\s+\z// for $got, $shown;
+	return ($got eq $shown ? () : ('output differs')) unless $shown =~ m{\AHTTP/};
+	my ($ghead, $gbody) = split /\n\n/, $got, 2;
+	my ($shead, $sbody) = split /\n\n/, $shown, 2;
+	my @diff;
+	push @diff, "body: got '" . ($gbody // '') . "'" if ($gbody // '') ne ($sbody // '');
+	my ($gstatus, @glines) = split /\n/, $ghead;
+	my ($sstatus, @slines) = split /\n/, $shead;
+	push @diff, "status line: got '$gstatus'" if $gstatus ne $sstatus;
+	my %gh = map { /^([^:]+):\s*(.*)$/ ? (lc $1 => $2) : () } @glines;
+	my $more = grep { $_ eq '...' } @slines;
+	my %seen;
+	for my $line (grep { $_ ne '...' } @slines)
+	{
+		my ($name, $want) = $line =~ /^([^:]+):\s*(.*)$/ or do { push @diff, "not a header: $line"; next };
+		$name = lc $name;
+		$seen{$name} = 1;
+		my $have = $gh{$name};
+		if (!defined $have) { push @diff, "no $name"; next }
+		next if $name eq 'date' || $name eq 'x-ratelimit-reset';
+		my $ok;
+		if ($name eq 'retry-after')
+		{
+			$ok = $have =~ /^\d+$/ && $have <= $want && $have >= $want - 5;
+		}
+		elsif ($name eq 'ratelimit')
+		{
+			my ($hpre, $ht, $hpost) = $have =~ /^(.*;t=)(\d+)(.*)$/;
+			my ($wpre, $wt, $wpost) = $want =~ /^(.*;t=)(\d+)(.*)$/;
+			$ok = defined $ht && defined $wt ? "$hpre$hpost" eq "$wpre$wpost" && $ht <= $wt && $ht >= $wt - 5
+			  : $have eq $want;
+		}
+		else
+		{
+			$ok = $have eq $want;
+		}
+		push @diff, "$name: got '$have'" unless $ok;
+	}
+	push @diff, map { "$_ not shown" } grep { !$seen{$_} } sort keys %gh unless $more;
+	return @diff;
+}
+
 # check_app($node, $redis, $app): the example's answers, checked.
 sub check_app
 {
