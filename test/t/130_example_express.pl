@@ -1,6 +1,8 @@
 # examples/express, the express + node-postgres example, as a user would run
 # it: its dependencies installed by `npm ci` from the committed
 # package-lock.json into a copy of the example, then `node app.js`.
+#  - the commands of its README.md, run as marked there against the node
+#    (SlidewinExample::check_readme), and their output as the README shows;
 #  - settings that would fail every request (a window that is no interval, or
 #    one slidewin refuses, RL_LIMIT=0, a database without slidewin) keep it
 #    from starting, with the reason;
@@ -37,12 +39,15 @@ SlidewinExample::install_node_modules($dir);
 my $redis = SlidewinTest::start_redis();
 # Redis is given 1 s to answer (not the default 100 ms): the burst's first
 # calls under the sanitizers ran past 100 ms, fell back, and this server's
-# fallback store (not preloaded, so not seeded) admitted lim of its own.
-my $node  = SlidewinTest::new_node('express', $redis, [ "slidewin.command_timeout = '1s'" ]);
+# fallback store admitted lim of its own.
+# Preloaded and on 127.0.0.1, as the README sets up PostgreSQL.
+my $node  = SlidewinTest::new_node('express', $redis, [ "slidewin.command_timeout = '1s'",
+		"shared_preload_libraries = 'slidewin'", "listen_addresses = '127.0.0.1'" ]);
 
 SlidewinExample::node_modules_installed();
 my @cmd = ('node', 'app.js');
 
+SlidewinExample::check_readme($node, $dir, 3000);
 SlidewinExample::check_refusals($node, $dir, \@cmd);
 
 my $pgb = SlidewinExample::start_pgbouncer($node);
