@@ -41,6 +41,7 @@ use warnings;
 
 use Carp;
 use File::Copy;
+use IO::Select;
 use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
@@ -387,6 +388,64 @@ sub send_all
 	return \@answers;
 }
 
+# pipelined($app, $conns, $per_conn, \@headers): $conns connections at once,
+# each sending $per_conn GET /api/hello in one write (HTTP/1.1 pipelining,
+# the last with "Connection: close") and reading until the app closes it.
+# Returns (statuses of the answers read, in order, over all connections;
+# the errors met, such as a reset). A server that closes a connection after
+# an answer, while requests it has not read are waiting, makes the kernel
+# send a reset, and the client sees fewer answers than it sent requests.
+sub pipelined
+{
+	my ($app, $conns, $per_conn, $headers) = @_;
+	my (@socks, %buf, @errors);
+	for my $c (1 .. $conns)
+	{
+		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $app->{port},
+			Proto => 'tcp', Timeout => 5) or croak "connect: $!";
+		my $req = '';
+		for my $i (1 .. $per_conn)
+		{
+			$req .= "GET /api/hello?c=$c&n=$i HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+			  . join('', map { "$_\r\n" } @$headers)
+			  . ($i == $per_conn ? "Connection: close\r\n" : '') . "\r\n";
+		}
+		print $s $req or croak "write: $!";
+		push @socks, $s;
+		$buf{$s} = '';
+	}
+	my $sel = IO::Select->new(@socks);
+	my $deadline = Time::HiRes::time() + 30;
+	while ($sel->count && Time::HiRes::time() < $deadline)
+	{
+		for my $s ($sel->can_read(1))
+		{
+			my $n = sysread($s, my $chunk, 65536);
+			if (!defined $n) { push @errors, "read: $!"; }
+			elsif ($n > 0) { $buf{$s} .= $chunk; next; }
+			$sel->remove($s);
+			close $s;
+		}
+	}
+	push @errors, $sel->count . ' connections still open after 30 s' if $sel->count;
+	# each answer: status line, headers, and a body of Content-Length bytes
+	my @statuses;
+	for my $s (@socks)
+	{
+		my $b = $buf{$s};
+		while ($b =~ s{\AHTTP/1\.1 (\d{3}) [^\r\n]*\r\n(.*?)\r\n\r\n}{}s)
+		{
+			my ($status, $head) = ($1, $2);
+			my ($len) = $head =~ /^content-length:\s*(\d+)/mi;
+			push @errors, "an answer without Content-Length: $head" unless defined $len;
+			substr($b, 0, $len // 0, '');
+			push @statuses, $status;
+		}
+		push @errors, "left unparsed: $b" if $b ne '';
+	}
+	return (\@statuses, \@errors);
+}
+
 sub count_where
 {
 	my ($cond, $list) = @_;
@@ -716,6 +775,11 @@ sub check_app
 		100, "each with a short body that names neither function, key nor tenant: $failed->[0]{body}");
 	is(count_where(sub { scalar(grep { /$rl_fields/ } keys %{ $_[0]{headers} }) }, $failed), 0,
 		'and no rate-limit headers');
+	my ($pstatuses, $perrors) = pipelined($app, 10, 10, ["X-Tenant: $tenant"]);
+	my %pby;
+	$pby{$_}++ for @$pstatuses;
+	is(join(', ', map { "$_ x $pby{$_}" } sort keys %pby) . (@$perrors ? " ($perrors->[0])" : ''), '500 x 100',
+		'and 10 connections that send 10 requests each at once (pipelined) get 10 answers of 500 each, no reset');
 	ok(eval { SlidewinTest::wait_for("the error in the app's log",
 		sub { slurp_file($app->{log}) =~ /rl_attempt/ }, 10) }, "the error went to the app's log instead");
 	$node->safe_psql('postgres', 'CREATE EXTENSION slidewin');
