@@ -6,10 +6,11 @@
 # temporary directory, and then:
 #
 #   use SlidewinExample;
-#   SlidewinExample::install_node_modules($express_copy);  # structured-headers
+#   # npm ci in a copy of examples/express, in the background: structured-headers
+#   SlidewinExample::install_node_modules(SlidewinExample::copy_example('express'));
 #   my $dir = SlidewinExample::copy_example('fastapi');
 #   my @cmd = ('/usr/bin/python3', 'app.py');
-#   SlidewinExample::check_readme($node, $dir, \@cmd);      # direct connection
+#   SlidewinExample::check_readme($node, $dir, 8000);       # the README's port
 #   SlidewinExample::check_refusals($node, $dir, \@cmd);
 #   my $pgb = SlidewinExample::start_pgbouncer($node);
 #   my $app = SlidewinExample::start_app($pgb, $dir, \@cmd, { ... });
@@ -19,10 +20,11 @@
 # check_app sends 200 requests, 25 at a time, to GET /api/hello for one
 # tenant with lim 3 and a window of an hour and checks the answers against
 # rl_peek, then the item route, then a failing statement under keep-alive
-# clients. Every answer's RateLimit and RateLimit-Policy fields are parsed as
-# Structured Field Values by test/node/ratelimit_fields.js (npm's
-# structured-headers, a devDependency of examples/express), so
-# install_node_modules must have run first.
+# and pipelined clients. Every answer's RateLimit and RateLimit-Policy fields
+# are parsed as Structured Field Values by test/node/ratelimit_fields.js
+# (npm's structured-headers, a devDependency of examples/express), so
+# install_node_modules must have been called first (the first parse waits
+# for it).
 #
 # The app is started without RL_KEY_PREFIX: the key is "<example>:<tenant>"
 # and the policy "<example>", the defaults of each example.
@@ -477,7 +479,7 @@ sub further_admissions_agree
 	return @bad;
 }
 
-# check_refusals($target, $dir, \@cmd): settings that would fail every
+# check_refusals($node, $dir, \@cmd): settings that would fail every
 # request keep the app from starting, with the reason.
 sub check_refusals
 {
