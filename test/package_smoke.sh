@@ -158,11 +158,14 @@ for deb in "${debs[@]}"; do
 		fail "$v: depends (want postgresql-$v and libhiredis)"
 	fi
 
-	# install, over whatever an earlier run or `make install` left
+	# install, over whatever an earlier run or `make install` left; the
+	# library must then belong to the package (dpkg -S, read whole: a
+	# `dpkg -L | grep -q` fails under pipefail when grep leaves early)
 	apt-get purge -y -q "$name" >/dev/null 2>&1
 	pg_dropcluster --stop "$v" "$cluster" >/dev/null 2>&1
 	if DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$deb" \
-		>"$work/install.log" 2>&1 && dpkg -L "$name" | grep -qx "/usr/lib/postgresql/$v/lib/slidewin.so"; then
+		>"$work/install.log" 2>&1 && owner=$(dpkg -S "/usr/lib/postgresql/$v/lib/slidewin.so" 2>/dev/null) &&
+		[[ $owner == "$name: "* ]]; then
 		pass "$v: install"
 	else
 		tail -n 30 "$work/install.log"
