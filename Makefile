@@ -18,6 +18,9 @@
 #                FUZZ_SECONDS (default 60); make test runs them briefly
 #   make unit    build and run the unit tests of the pure files (test/unit);
 #                no server, no installation; make test runs them too
+#   make deb     the Debian packages postgresql-NN-slidewin, one for each
+#                installed postgresql-server-dev-NN (debian/, pg_buildext),
+#                into DEB_DIR (default build/deb; test/build_deb.sh)
 #
 # PGXS is included only when pg_config can find it, so that `make demo` and
 # `make test` work on a machine where the server headers are not yet installed:
@@ -61,7 +64,7 @@ ifneq ($(PGXS),)
 $(OBJS): $(filter-out src/store/redis/lua_scripts.h,$(foreach d,$(LAYER_DIRS),$(wildcard $(d)/*.h)))
 endif
 
-.PHONY: deps demo test test-matrix bench bench-scripts fuzz unit sanitize valgrind soak check-layers
+.PHONY: deps demo test test-matrix deb bench bench-scripts fuzz unit sanitize valgrind soak check-layers
 
 FUZZ_SECONDS ?= 60
 
@@ -90,6 +93,11 @@ test-matrix: deps
 
 sanitize: deps
 	@bash test/sanitize.sh
+
+# Debian packages, built in a copy of the tree under DEB_DIR (test/build_deb.sh).
+DEB_DIR ?= build/deb
+deb:
+	@bash test/build_deb.sh $(DEB_DIR)
 
 valgrind: deps
 	@bash test/valgrind.sh

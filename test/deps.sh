@@ -76,6 +76,8 @@ packages=(
 	curl
 	gnuplot-nox
 	debootstrap
+	debhelper
+	postgresql-server-dev-all
 	pgbouncer
 	nodejs
 	python3-fastapi

@@ -25,7 +25,16 @@
 #
 # Knobs: SLIDEWIN_MATRIX_DIR (default /var/tmp/slidewin-matrix: the chroots,
 # about 2 GB each, kept and reused; remove it to start over),
-# SLIDEWIN_MATRIX_SUITES (default "trixie sid experimental").
+# SLIDEWIN_MATRIX_SUITES (default "trixie sid experimental"),
+# SLIDEWIN_MATRIX_ONLY_PACKAGE=1 (the package step below alone, without the
+# suite).
+#
+# The package step: after the suite, test/package_smoke.sh builds the Debian
+# package (make deb) in the chroot, installs it into the release's own
+# PostgreSQL, and tries it in a new cluster (pg_createcluster) with a
+# throwaway Redis: CREATE EXTENSION, calls answered by Redis and by the
+# fallback store, and `make installcheck` against that cluster. Its tests
+# are added to the suite's; its log is DIR/SUITE.package.log.
 #
 # Preparing ahead: `test/matrix.sh --prepare STATEDIR` only sets the chroots
 # up (debootstrap, the packages, the checkout; what `setup` below does), one
@@ -54,6 +63,16 @@ if [[ ${1:-} == --prepare ]]; then
 	prepare_into=${2:?--prepare needs a state directory}
 fi
 prepared=${SLIDEWIN_MATRIX_PREPARED:-}
+only_package=
+case ${SLIDEWIN_MATRIX_ONLY_PACKAGE:-0} in
+0 | '') ;;
+1) only_package=1 ;;
+*)
+	echo "test-matrix: SLIDEWIN_MATRIX_ONLY_PACKAGE=$SLIDEWIN_MATRIX_ONLY_PACKAGE: expected 0 or 1" >&2
+	echo "0 passed, 1 failed"
+	exit 1
+	;;
+esac
 
 die() {
 	echo "test-matrix: $*" >&2
@@ -244,20 +263,40 @@ for suite in "${suites[@]}"; do
 	else
 		cmd="cd /slidewin && export PG_CONFIG=$pgc SLIDEWIN_PORT_RANGE=$lo-$hi SLIDEWIN_SANITIZE=0 && make test"
 	fi
-	run_in "$root" "$cmd" 2>&1 | tee -a "$log"
-	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+	suite_result=
+	p=0
+	f=0
+	if [[ -z $only_package ]]; then
+		run_in "$root" "$cmd" 2>&1 | tee -a "$log"
+		line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+		if [[ -z $line ]]; then
+			suite_result="suite: no result; "
+			line="0 passed, 1 failed"
+		else
+			suite_result="suite: $line; "
+		fi
+		read -r p _ f _ <<<"$line"
+	fi
+	# The package step (test/package_smoke.sh), on the same ports.
+	printf '\n======== test-matrix: %s: the package ========\n' "$suite"
+	run_in "$root" "cd /slidewin && export SLIDEWIN_PORT_RANGE=$lo-$hi && bash test/package_smoke.sh --install-into-system" \
+		2>&1 | tee "$dir/$suite.package.log"
+	pline=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$dir/$suite.package.log" | tail -n 1)
+	if [[ -z $pline ]]; then
+		pkg_result="package: no result"
+		pline="0 passed, 1 failed"
+	else
+		pkg_result="package: $pline"
+	fi
+	read -r pp _ pf _ <<<"$pline"
+	line="$((p + pp)) passed, $((f + pf)) failed"
 	elapsed=$(($(date +%s) - start))
 	versions[$suite]=$(run_in "$root" '
 		printf "%s; " "$(pg_config --version 2>/dev/null | sed "s/ (.*//")"
 		printf "Redis %s; " "$(redis-server --version | sed -n "s/.* v=\([^ ]*\).*/\1/p")"
 		printf "Valkey %s; " "$(valkey-server --version 2>/dev/null | sed -n "s/.* v=\([^ ]*\).*/\1/p")"
 		printf "hiredis %s" "$(dpkg-query -W -f="\${Version}" libhiredis-dev 2>/dev/null)"' 2>/dev/null)
-	if [[ -z $line ]]; then
-		result[$suite]="no result (${elapsed} s)"
-		line="0 passed, 1 failed"
-	else
-		result[$suite]="$line (${elapsed} s)"
-	fi
+	result[$suite]="$line: $suite_result$pkg_result (${elapsed} s)"
 	if [[ $suite != experimental ]]; then
 		counted[$suite]=1
 		read -r p _ f _ <<<"$line"

@@ -16,10 +16,12 @@
 #               test/luacheck.sh with luacheck (package lua-check); no server
 #   layers      the layer rules of src/ (src/LAYERS) checked by
 #               test/check_layers.pl on the objects just built; no server
+#   meta        META.json (PGXN) checked by test/check_meta.pl against the
+#               spec, slidewin.control and debian/; no server
 #
 # Every regression test, isolation spec, TAP file, fuzz target
 # (test/fuzz/fuzz_*.c, a short run of each) and unit test counts as one
-# test, and so do luacheck and layers, and so do the log scan and the benchmark smoke run (test/bench/run.sh
+# test, and so do luacheck, layers and meta, and so do the log scan and the benchmark smoke run (test/bench/run.sh
 # --smoke).  A
 # test passes only when its runner says so; one that did not run is a
 # failure, and so is a harness step that could not run (a server that does
@@ -216,7 +218,7 @@ mapfile -t isolation_tests < <(list_names "$repo/test/isolation/specs" .spec)
 mapfile -t tap_tests < <(list_names "$repo/test/t" .pl)
 mapfile -t fuzz_targets < <(list_names "$repo/test/fuzz" .c | grep '^fuzz_')
 mapfile -t unit_tests < <(list_names "$repo/test/unit" .c | grep '^unit_')
-lint_tests=(luacheck layers)
+lint_tests=(luacheck layers meta)
 if [[ $run_label == cluster ]]; then
 	# The cluster pass: the suites that use the shared servers, now against a
 	# Redis Cluster. The TAP scripts start their own servers, each for the
@@ -529,6 +531,23 @@ run_layers() {
 	fi
 }
 
+# ---- meta -----------------------------------------------------------------------
+# test/check_meta.pl: META.json (PGXN) against the spec, slidewin.control's
+# default_version and debian/; one test.
+run_meta() {
+	local t found=0
+	for t in "$@"; do [[ $t == meta ]] && found=1; done
+	((found)) || return 0
+	banner "meta"
+	if bounded "$work/meta.log" 60 perl "$repo/test/check_meta.pl" "$repo"; then
+		tail -n 1 "$work/meta.log"
+		pass
+	else
+		print_capped "$work/meta.log" 200
+		fail "meta"
+	fi
+}
+
 # An inner pass (valkey, sanitize) tests the server side again; the fuzzers,
 # unit tests and lint ran once already.
 if [[ -z $run_label ]]; then
@@ -536,6 +555,7 @@ if [[ -z $run_label ]]; then
 	run_unit_tests "${unit_tests[@]}"
 	run_luacheck "${lint_tests[@]}"
 	run_layers "${lint_tests[@]}"
+	run_meta "${lint_tests[@]}"
 fi
 
 # ---- server logs ----------------------------------------------------------------
