@@ -112,32 +112,36 @@ EXCEPTION WHEN OTHERS THEN
 END $$;
 SELECT what, pg_temp.headers_of(r) AS headers
   FROM (VALUES
-    ('valid admission', ROW(true, 2, '0', '2031-03-01 13:01:00+00', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('valid denial', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('no store answered', ROW(false, NULL, '0', NULL, 'none', 3, '1 minute', NULL)::rl_result),
-    ('multi, no store', ROW(false, NULL, '0', NULL, 'none', NULL, NULL, NULL)::rl_result),
-    ('allowed NULL', ROW(NULL, 2, '0', '2031-03-01 13:01:00+00', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('negative lim and win', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', -7, '-60 seconds', NULL)::rl_result),
-    ('lim 0', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 0, '1 minute', NULL)::rl_result),
-    ('negative win', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '-60 seconds', NULL)::rl_result),
-    ('win 0', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '0', NULL)::rl_result),
-    ('win NULL', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, NULL, NULL)::rl_result),
-    ('lim NULL', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', NULL, '1 minute', NULL)::rl_result),
-    ('win in months', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 month', NULL)::rl_result),
-    ('negative remaining', ROW(false, -3, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('remaining above lim', ROW(true, 4, '0', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('remaining NULL', ROW(false, NULL, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('reset_at NULL', ROW(false, 0, '5 seconds', NULL, 'redis', 3, '1 minute', NULL)::rl_result),
-    ('reset_at infinite', ROW(false, 0, '5 seconds', 'infinity', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('reset_at before 1970', ROW(false, 0, '5 seconds', '1969-12-31 23:59:00+00', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('retry_after NULL', ROW(false, 0, NULL, '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('negative retry_after', ROW(false, 0, '-5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result),
-    ('retry_after in months', ROW(false, 0, '1 month', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result)
+    ('valid admission', ROW(true, 2, '0', '2031-03-01 13:01:00+00', 'redis', 3, '1 minute', NULL, '2031-03-01 13:00:20+00')::rl_result),
+    ('valid denial', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, '2031-03-01 13:00:04+00')::rl_result),
+    ('next_at past Retry-After', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, '2031-03-01 13:00:30+00')::rl_result),
+    ('next_at NULL', ROW(true, 2, '0', '2031-03-01 13:01:00+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('next_at infinite', ROW(true, 2, '0', '2031-03-01 13:01:00+00', 'redis', 3, '1 minute', NULL, 'infinity')::rl_result),
+    ('next_at before 1970', ROW(true, 2, '0', '2031-03-01 13:01:00+00', 'redis', 3, '1 minute', NULL, '1969-12-31 23:59:00+00')::rl_result),
+    ('no store answered', ROW(false, NULL, '0', NULL, 'none', 3, '1 minute', NULL, NULL)::rl_result),
+    ('multi, no store', ROW(false, NULL, '0', NULL, 'none', NULL, NULL, NULL, NULL)::rl_result),
+    ('allowed NULL', ROW(NULL, 2, '0', '2031-03-01 13:01:00+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('negative lim and win', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', -7, '-60 seconds', NULL, NULL)::rl_result),
+    ('lim 0', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 0, '1 minute', NULL, NULL)::rl_result),
+    ('negative win', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '-60 seconds', NULL, NULL)::rl_result),
+    ('win 0', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '0', NULL, NULL)::rl_result),
+    ('win NULL', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, NULL, NULL, NULL)::rl_result),
+    ('lim NULL', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', NULL, '1 minute', NULL, NULL)::rl_result),
+    ('win in months', ROW(false, 0, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 month', NULL, NULL)::rl_result),
+    ('negative remaining', ROW(false, -3, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('remaining above lim', ROW(true, 4, '0', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('remaining NULL', ROW(false, NULL, '5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('reset_at NULL', ROW(false, 0, '5 seconds', NULL, 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('reset_at infinite', ROW(false, 0, '5 seconds', 'infinity', 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('reset_at before 1970', ROW(false, 0, '5 seconds', '1969-12-31 23:59:00+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('retry_after NULL', ROW(false, 0, NULL, '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('negative retry_after', ROW(false, 0, '-5 seconds', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result),
+    ('retry_after in months', ROW(false, 0, '1 month', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result)
   ) AS v(what, r);
 -- with the detail, for a pair of fields and for one beyond another
-SELECT rl_headers(ROW(false, 0, '5 seconds', NULL, 'redis', 3, '1 minute', NULL)::rl_result);
+SELECT rl_headers(ROW(false, 0, '5 seconds', NULL, 'redis', 3, '1 minute', NULL, NULL)::rl_result);
 \echo :LAST_ERROR_SQLSTATE
-SELECT rl_headers(ROW(true, 4, '0', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL)::rl_result);
+SELECT rl_headers(ROW(true, 4, '0', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result);
 \echo :LAST_ERROR_SQLSTATE
 
 SELECT rl_unblock(k) FROM unnest(ARRAY['blk', 'blk2']) k;

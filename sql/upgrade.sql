@@ -129,6 +129,14 @@ SELECT pg_typeof(redis_unreachable_since) AS unreachable_since_type,
          ORDER BY attnum DESC LIMIT 1) AS last_column
   FROM rl_stats;
 
+-- 1.11: rl_result's last column says when the window next frees a unit
+-- (NULL when no store answered), and rl_headers takes a partition key.
+SELECT (SELECT attname FROM pg_attribute WHERE attrelid = 'rl_result'::regclass
+         ORDER BY attnum DESC LIMIT 1) AS last_result_column,
+       (r).next_at IS NULL AS next_at_null_without_a_store,
+       rl_headers(r, 'p', '\x0102'::bytea) ->> 'RateLimit-Policy' AS policy_with_pk
+  FROM (SELECT rl_attempt('eleven', 5, '1 hour', on_redis_error => 'allow') r) s;
+
 -- 1.3 stores the default of cost as a bigint constant, not a cast of an
 -- integer that every call reading it would fold again: no default of any
 -- function is a function call.

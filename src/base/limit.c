@@ -228,6 +228,7 @@ limit_outcome_judged(const RlArgs *args, RlOutcome *o)
 	o->win_us = args->algorithm == ALGO_MULTI_LOG ? 0 : args->win_us;
 	o->entry_ts = -1;
 	o->blocked = false;
+	o->next_us = -1;
 }
 
 /* The last value of slidewin.test_now parsed, and what it parsed to. */

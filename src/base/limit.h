@@ -61,6 +61,11 @@ typedef struct RlOutcome
 								 * retry_us runs at least to the block's end */
 	int64		carry_units;	/* fallback: units it wrote for Redis to learn of
 								 * (fallback_carry.c), for the switch to wait on */
+	int64		next_us;		/* Unix microseconds: when the window next frees
+								 * a unit (the end of the effective window of
+								 * draft-ietf-httpapi-ratelimit-headers-11), had
+								 * the caller spent all it has left; -1 when
+								 * unknown (no store answered) */
 } RlOutcome;
 
 /* Tests only: an advisory lock key a fallback call waits on before deciding. */

@@ -15,11 +15,16 @@
  * (the allow and deny policies), remaining, used and the reset are null;
  * when no retry can pass, so is retry_after_ms.
  *
- * On a denial the quota is back no sooner than the call could pass: t in
- * RateLimit, X-RateLimit-Reset and reset_after_ms count to the later of
- * reset_at and the end of retry_after. They are the same moment for every
- * algorithm but on a key blocked by rl_block, whose window may be empty
- * (reset_at now) while every call is denied until the block ends.
+ * t in RateLimit is the effective window of
+ * draft-ietf-httpapi-ratelimit-headers-11: the seconds until the window next
+ * frees a unit (next_at), within which the caller can use no more than r.
+ * On a denial it is no later than Retry-After, as the draft asks.
+ *
+ * On a denial the quota is back no sooner than the call could pass:
+ * X-RateLimit-Reset and reset_after_ms count to the later of reset_at (the
+ * window empty) and the end of retry_after. They are the same moment for
+ * every algorithm but on a key blocked by rl_block, whose window may be
+ * empty (reset_at now) while every call is denied until the block ends.
  *
  * rl_headers takes a row that anybody may build by hand, so it checks every
  * field it reads and refuses a bad one naming it; nothing else here raises.
@@ -35,10 +40,14 @@
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 #include "denial.h"
 
 PG_FUNCTION_INFO_V1(slidewin_headers);
+
+/* The longest partition key rl_headers takes, in bytes. */
+#define PK_MAX_BYTES 64
 
 /* a / b rounded up, for b > 0 (C division truncates towards zero). */
 static int64
@@ -81,43 +90,56 @@ quota_back_us(const RlOutcome *o, bool can_retry, int64 now_us)
 	return o->reset_at_us;
 }
 
-/* item: the policy's name as a structured-field string, quotes included. */
+/*
+ * item: the policy's name as a structured-field string, quotes included;
+ * pk: ";pk=" and the partition key as a structured-field byte sequence, or
+ * "".
+ */
 static void
-headers_named(StringInfo buf, const char *item, const RlOutcome *o, bool can_retry,
-			  int64 now_us)
+headers_named(StringInfo buf, const char *item, const char *pk, const RlOutcome *o,
+			  bool can_retry, int64 now_us)
 {
 	bool		first = true;
+	int64		retry_s = Max(ceil_div(o->retry_us, USECS_PER_SEC), 0);
 
 	appendStringInfoChar(buf, '{');
 	if (o->lim >= 0)
 	{
 		header(buf, &first, "RateLimit-Policy",
-			   psprintf("%s;q=" INT64_FORMAT ";w=" INT64_FORMAT,
-						item, o->lim, ceil_div(o->win_us, USECS_PER_SEC)));
+			   psprintf("%s;q=" INT64_FORMAT ";w=" INT64_FORMAT "%s",
+						item, o->lim, ceil_div(o->win_us, USECS_PER_SEC), pk));
 		header(buf, &first, "X-RateLimit-Limit", psprintf(INT64_FORMAT, o->lim));
 	}
 	if (o->known)
 	{
 		int64		back_us = quota_back_us(o, can_retry, now_us);
+		char	   *t = "";
 
+		/* the effective window, when the store said when it ends */
+		if (o->next_us >= 0)
+		{
+			int64		t_s = Max(ceil_div(o->next_us - now_us, USECS_PER_SEC), 0);
+
+			if (can_retry)
+				t_s = Min(t_s, retry_s);
+			t = psprintf(";t=" INT64_FORMAT, t_s);
+		}
 		header(buf, &first, "RateLimit",
-			   psprintf("%s;r=" INT64_FORMAT ";t=" INT64_FORMAT, item, o->remaining,
-						Max(ceil_div(back_us - now_us, USECS_PER_SEC), 0)));
+			   psprintf("%s;r=" INT64_FORMAT "%s%s", item, o->remaining, t, pk));
 		header(buf, &first, "X-RateLimit-Remaining", psprintf(INT64_FORMAT, o->remaining));
 		header(buf, &first, "X-RateLimit-Reset",
 			   psprintf(INT64_FORMAT, ceil_div(back_us, USECS_PER_SEC)));
 	}
 	if (can_retry)
-		header(buf, &first, "Retry-After",
-			   psprintf(INT64_FORMAT, Max(ceil_div(o->retry_us, USECS_PER_SEC), 0)));
+		header(buf, &first, "Retry-After", psprintf(INT64_FORMAT, retry_s));
 	appendStringInfoChar(buf, '}');
 }
 
 void
 denial_headers(StringInfo buf, const RlOutcome *o, bool can_retry, int64 now_us)
 {
-	/* rl_headers' default name */
-	headers_named(buf, "\"default\"", o, can_retry, now_us);
+	/* rl_headers' default name, no partition key */
+	headers_named(buf, "\"default\"", "", o, can_retry, now_us);
 }
 
 static void
@@ -160,7 +182,7 @@ denial_detail_json(StringInfo buf, const RlArgs *args, const RlOutcome *o,
 }
 
 /* ---------------------------------------------------------------------
- * rl_headers(r rl_result, name text DEFAULT 'default') -> jsonb
+ * rl_headers(r rl_result, name text DEFAULT 'default' [, pk bytea]) -> jsonb
  * ---------------------------------------------------------------------
  */
 
@@ -218,6 +240,41 @@ result_pair(bool first_null, const char *first, bool second_null, const char *se
 }
 
 /*
+ * next_at (1.11) as Unix microseconds, -1 when it is null or the row's type
+ * has no such field (a database not yet updated); checked like reset_at.
+ */
+static int64
+result_next_us(HeapTupleHeader r)
+{
+	TupleDesc	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(r),
+											  HeapTupleHeaderGetTypMod(r));
+	bool		has = false;
+	bool		isnull;
+	TimestampTz next_at;
+	int64		us;
+
+	for (int i = 0; i < desc->natts && !has; i++)
+		has = !TupleDescAttr(desc, i)->attisdropped &&
+			strcmp(NameStr(TupleDescAttr(desc, i)->attname), "next_at") == 0;
+	ReleaseTupleDesc(desc);
+	if (!has)
+		return -1;
+	next_at = DatumGetTimestampTz(result_field(r, "next_at", false, &isnull));
+	if (isnull)
+		return -1;
+	if (TIMESTAMP_NOT_FINITE(next_at))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("field \"next_at\" of argument \"r\" must be finite")));
+	us = next_at + ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+	if (us < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("field \"next_at\" of argument \"r\" must not be before 1970")));
+	return us;
+}
+
+/*
  * The result as the store gave it, read back from a row that may have been
  * built by hand: every field used is checked here, so that no header value
  * is negative, empty or beyond what the others allow.
@@ -272,6 +329,7 @@ result_outcome(HeapTupleHeader r, RlOutcome *o)
 				 errmsg("field \"remaining\" of argument \"r\" must not be more than \"lim\""),
 				 errdetail("\"remaining\" is " INT64_FORMAT " and \"lim\" is " INT64_FORMAT ".",
 						   o->remaining, o->lim)));
+	o->next_us = result_next_us(r);
 	reset_at = DatumGetTimestampTz(reset);
 	if (TIMESTAMP_NOT_FINITE(reset_at))
 		ereport(ERROR,
@@ -290,6 +348,7 @@ slidewin_headers(PG_FUNCTION_ARGS)
 	RlOutcome	o;
 	char	   *name;
 	StringInfoData item;
+	StringInfoData pk;
 	StringInfoData buf;
 
 	if (PG_ARGISNULL(0))
@@ -320,7 +379,34 @@ slidewin_headers(PG_FUNCTION_ARGS)
 	}
 	appendStringInfoChar(&item, '"');
 
+	/* rl_headers(r, name, pk): the partition key as a byte sequence */
+	initStringInfo(&pk);
+	if (PG_NARGS() > 2)
+	{
+		bytea	   *key;
+		char	   *b64;
+
+		if (PG_ARGISNULL(2))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"pk\" must not be null"),
+					 errhint("Call rl_headers(r, name) for header fields without a partition key.")));
+		key = PG_GETARG_BYTEA_PP(2);
+		if (VARSIZE_ANY_EXHDR(key) > PK_MAX_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"pk\" must be at most %d bytes", PK_MAX_BYTES),
+					 errdetail("It is %zu bytes long.", (size_t) VARSIZE_ANY_EXHDR(key))));
+		b64 = TextDatumGetCString(DirectFunctionCall2(binary_encode, PointerGetDatum(key),
+													  CStringGetTextDatum("base64")));
+		appendStringInfoString(&pk, ";pk=:");
+		for (const char *c = b64; *c; c++)
+			if (*c != '\n')
+				appendStringInfoChar(&pk, *c);
+		appendStringInfoChar(&pk, ':');
+	}
+
 	initStringInfo(&buf);
-	headers_named(&buf, item.data, &o, !o.allowed, denial_now_us());
+	headers_named(&buf, item.data, pk.data, &o, !o.allowed, denial_now_us());
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
 }

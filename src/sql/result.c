@@ -28,15 +28,16 @@ interval_of_us(int64 us)
 }
 
 /*
- * The rl_result row. Its type gained lim and win in 1.6 and ticket in 1.7;
- * a database not yet updated has the columns of before, and gets those.
+ * The rl_result row. Its type gained lim and win in 1.6, ticket in 1.7 and
+ * next_at in 1.11; a database not yet updated has the columns of before,
+ * and gets those.
  */
 Datum
 result_datum(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o)
 {
 	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
-	Datum		values[8];
-	bool		nulls[8] = {false, false, false, false, false, false, false, true};
+	Datum		values[9];
+	bool		nulls[9] = {false, false, false, false, false, false, false, true, true};
 
 	/* The row type is looked up once per call site, not once per call. */
 	if (tupdesc == NULL)
@@ -63,7 +64,7 @@ result_datum(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o)
 		values[6] = IntervalPGetDatum(interval_of_us(o->win_us));
 	}
 	else if (tupdesc->natts != 5)
-		elog(ERROR, "rl_result has %d columns, not 5, 7 or 8", tupdesc->natts);
+		elog(ERROR, "rl_result has %d columns, not 5, 7, 8 or 9", tupdesc->natts);
 	if (tupdesc->natts >= 8)
 	{
 		char	   *ticket = ticket_make(args, o);
@@ -73,7 +74,14 @@ result_datum(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o)
 			values[7] = CStringGetTextDatum(ticket);
 	}
 	else if (tupdesc->natts != 5 && tupdesc->natts != 7)
-		elog(ERROR, "rl_result has %d columns, not 5, 7 or 8", tupdesc->natts);
+		elog(ERROR, "rl_result has %d columns, not 5, 7, 8 or 9", tupdesc->natts);
+	if (tupdesc->natts >= 9)
+	{
+		nulls[8] = !o->known || o->next_us < 0;
+		values[8] = TimestampTzGetDatum(o->next_us - UNIX_TO_PG_US);
+	}
+	if (tupdesc->natts > 9)
+		elog(ERROR, "rl_result has %d columns, not 5, 7, 8 or 9", tupdesc->natts);
 
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }

@@ -255,6 +255,8 @@ deny_cache_lookup(const RlArgs *args, RlOutcome *o)
 	o->shadowed = false;
 	o->stable_us = e->until_us - now;
 	o->blocked = e->blocked;
+	/* the answer holds until the oldest unit leaves, or the block ends */
+	o->next_us = e->blocked ? e->free_at_us : e->until_us;
 	return true;
 }
 
@@ -349,6 +351,7 @@ deny_cache_known_denial(const RlArgs *args, RlOutcome *o)
 	o->shadowed = false;
 	o->stable_us = 0;
 	o->blocked = copy.blocked;
+	o->next_us = copy.until_us;
 	return true;
 }
 

@@ -93,8 +93,10 @@ refuse(char *why, size_t whysize, const char *fmt,...)
 }
 
 static const char *const field_names[RF_COUNT] = {
-	"allowed", "remaining", "retry_after", "reset_at", "used", "recorded", "stable_us", "window"
+	"allowed", "remaining", "retry_after", "reset_at", "used", "recorded", "stable_us", "window",
+	"next_us"
 };
+
 
 /* Checking one reply: the first rule it breaks is the one reported. */
 typedef struct OutcomeCheck
@@ -266,6 +268,16 @@ check_fields(OutcomeCheck *ck)
 			expect(ck, v[RF_STABLE] >= 1 && v[RF_STABLE] <= v[RF_RETRY], RF_STABLE,
 				   "it must be between 1 and retry_after, %" PRId64, v[RF_RETRY]);
 	}
+
+	/*
+	 * A unit frees later than now; in a log, no later than the newest entry
+	 * leaves (a block may last longer).
+	 */
+	expect(ck, valid_time(v[RF_NEXT]) && v[RF_NEXT] > clock_floor - (call->clock_set ? 0 : 1),
+		   RF_NEXT, "it must be a valid time after now");
+	if (logs && !blocked && v[RF_USED] > 0)
+		expect(ck, v[RF_NEXT] <= v[RF_RESET], RF_NEXT,
+			   "it must be at most reset_at, %" PRId64, v[RF_RESET]);
 	return ck->ok;
 }
 
@@ -275,31 +287,42 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 {
 	bool		multi = call->algorithm == ALGO_MULTI_LOG;
 	size_t		n = ((call->algorithm == ALGO_SLIDING_LOG && !call->peek) || multi) ? 7 : 6;
+	/* the fields at positions 6 and 7, when the reply has them */
+	int			extra[2] = {RF_STABLE, RF_NEXT};
 	const char *kind = call->peek ? "peek" : "attempt";
 	OutcomeCheck ck;
+
+	if (multi)
+		extra[0] = RF_WINDOW;
+	else if (n == 6)
+		extra[0] = RF_NEXT;
+	n++;						/* next_us, last */
 
 	if (rep->type != REDIS_REPLY_ARRAY)
 		return refuse(why, whysize, "The %s %s reply is %s, not an array of %zu integers.",
 					  call->algorithm_name, kind, reply_type_name(rep), n);
 	v[RF_STABLE] = 0;
 	v[RF_WINDOW] = 0;
+	v[RF_NEXT] = 0;
 	/*
 	 * The sliding log's attempt answers an admission on a key not blocked
-	 * with {remaining, recorded}; the other fields follow from them, and
-	 * every check below still applies to the whole.
+	 * with {remaining, recorded, next_us}; the other fields follow from
+	 * them, and every check below still applies to the whole.
 	 */
-	if (call->algorithm == ALGO_SLIDING_LOG && !call->peek && rep->elements == 2)
+	if (call->algorithm == ALGO_SLIDING_LOG && !call->peek && rep->elements == 3)
 	{
-		for (size_t i = 0; i < 2; i++)
+		static const int fields[3] = {RF_REMAINING, RF_RECORDED, RF_NEXT};
+
+		for (size_t i = 0; i < 3; i++)
+		{
 			if (rep->element[i]->type != REDIS_REPLY_INTEGER)
 				return refuse(why, whysize, "Field \"%s\" of the %s %s reply is %s, not an integer.",
-							  field_names[i == 0 ? RF_REMAINING : RF_RECORDED],
-							  call->algorithm_name, kind,
+							  field_names[fields[i]], call->algorithm_name, kind,
 							  reply_type_name(rep->element[i]));
+			v[fields[i]] = rep->element[i]->integer;
+		}
 		v[RF_ALLOWED] = 1;
-		v[RF_REMAINING] = rep->element[0]->integer;
 		v[RF_RETRY] = 0;
-		v[RF_RECORDED] = rep->element[1]->integer;
 		/* out of range sums become values the checks refuse */
 		if (__builtin_sub_overflow(call->lim, v[RF_REMAINING], &v[RF_USED]))
 			v[RF_USED] = -1;
@@ -308,14 +331,14 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 	}
 	/*
 	 * The counting algorithms answer an admission on a key not blocked with
-	 * {remaining, reset_at, used}.
+	 * {remaining, reset_at, used, next_us}.
 	 */
 	else if (call->algorithm != ALGO_SLIDING_LOG && !multi && !call->peek &&
-			 rep->elements == 3)
+			 rep->elements == 4)
 	{
-		static const int fields[3] = {RF_REMAINING, RF_RESET, RF_USED};
+		static const int fields[4] = {RF_REMAINING, RF_RESET, RF_USED, RF_NEXT};
 
-		for (size_t i = 0; i < 3; i++)
+		for (size_t i = 0; i < 4; i++)
 		{
 			if (rep->element[i]->type != REDIS_REPLY_INTEGER)
 				return refuse(why, whysize, "Field \"%s\" of the %s %s reply is %s, not an integer.",
@@ -331,12 +354,12 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 		return refuse(why, whysize, "The %s %s reply has %zu elements, not %zu%s.",
 					  call->algorithm_name, kind, rep->elements, n,
 					  call->peek || multi ? "" :
-					  call->algorithm == ALGO_SLIDING_LOG ? " (or 2 for an admission)" :
-					  " (or 3 for an admission)");
+					  call->algorithm == ALGO_SLIDING_LOG ? " (or 3 for an admission)" :
+					  " (or 4 for an admission)");
 	else
 		for (size_t i = 0; i < n; i++)
 		{
-			int			f = (i == RF_STABLE && multi) ? RF_WINDOW : (int) i;
+			int			f = i < 6 ? (int) i : extra[i - 6];
 
 			if (rep->element[i]->type != REDIS_REPLY_INTEGER)
 				return refuse(why, whysize, "Field \"%s\" of the %s %s reply is %s, not an integer.",

@@ -26,12 +26,14 @@
 /*
  * The fields of an outcome reply, in order; then stable_us only in
  * sliding_log attempts, window (the deciding window, 1..n) only in
- * rl_attempt_multi's replies, each as the seventh element.
+ * rl_attempt_multi's replies, each as the seventh element; then next_us,
+ * last in every reply: when the window next frees a unit (the end of the
+ * effective window of draft-ietf-httpapi-ratelimit-headers-11).
  */
 typedef enum ReplyField
 {
 	RF_ALLOWED, RF_REMAINING, RF_RETRY, RF_RESET, RF_USED, RF_RECORDED, RF_STABLE,
-	RF_WINDOW,
+	RF_WINDOW, RF_NEXT,
 	RF_COUNT
 } ReplyField;
 

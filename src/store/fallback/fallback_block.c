@@ -169,6 +169,8 @@ fallback_block_outcome(int64 block_us, RlOutcome *o)
 	o->blocked = true;
 	o->remaining = 0;
 	o->retry_us = Max(o->retry_us, block_us);
+	/* no unit comes back before the block ends */
+	o->next_us = Max(o->next_us, fallback_clock() + block_us);
 }
 
 /* The tables a writer opens, with the key's lock held until commit. */

@@ -138,6 +138,49 @@ floor_mod(int64 a, int64 b)
  * One call of a counting algorithm. peek: decide for cost, write nothing.
  * Otherwise write when admitted, or when forced (shadow mode).
  */
+/*
+ * When the sliding counter next has one more unit, had the caller spent all
+ * it has left now (the end of the effective window of
+ * draft-ietf-httpapi-ratelimit-headers-11): the estimate est must fall by d,
+ * at p / win per microsecond in this bucket (e into it), then at (c + what
+ * was left) / win in the next. The same as sliding_counter.lua's next_unit.
+ */
+static int64
+counter_next_unit(int64 lim, int64 win, int64 start, int64 now, int64 e,
+				  double p, double c, double est)
+{
+	double		avail = (double) lim - est;
+	double		r = 0;
+	double		d = est - (double) lim + 1;
+	double		decay = p * (double) (win - e) / (double) win;
+
+	if (avail >= 0)
+	{
+		r = floor(avail);
+		d = 1 - (avail - r);
+	}
+	if (p > 0 && d <= decay)
+		return now + (int64) ceil(d * (double) win / p);
+	if (c + r > 0)
+		return start + win + (int64) ceil((d - decay) * (double) win / (c + r));
+	return start + win;
+}
+
+/*
+ * When the token bucket, its tat at tat, next holds one more whole token
+ * (as token_bucket.lua's next_token).
+ */
+static int64
+bucket_next_token(int64 lim, int64 win, int64 now, double tat)
+{
+	double		t = (double) win / (double) lim;
+	double		have = floor((win - (tat - now)) / t + 1e-9);
+
+	if (have < 0)
+		have = 0;
+	return Max((int64) ceil(tat - win + (have + 1) * t), now + 1);
+}
+
 static void
 counter_call(FbScan *s, const RlArgs *args, FallbackSeedFn seed_fn, int64 cost, bool peek,
 			 RlOutcome *o)
@@ -186,6 +229,7 @@ counter_call(FbScan *s, const RlArgs *args, FallbackSeedFn seed_fn, int64 cost, 
 		o->used = n + (write ? cost : 0);
 		o->retry_us = o->allowed ? 0 : reset - now;
 		o->reset_at_us = (o->used > 0) ? reset : now;
+		o->next_us = reset;		/* every unit comes back as the window ends */
 		ns = start;
 		na = (double) (own + cost);
 		expires = reset;
@@ -251,6 +295,7 @@ counter_call(FbScan *s, const RlArgs *args, FallbackSeedFn seed_fn, int64 cost, 
 			o->remaining = write ? 0 : Max((int64) floor(lim - est), 0);
 		o->used = (int64) ceil(est);
 		o->reset_at_us = c > 0 ? start + 2 * win : p > 0 ? start + win : now;
+		o->next_us = counter_next_unit(lim, win, start, now, e, p, c, est);
 		ns = start;
 		na = own_c + (write ? cost : 0);
 		nb = own_p;
@@ -283,6 +328,7 @@ counter_call(FbScan *s, const RlArgs *args, FallbackSeedFn seed_fn, int64 cost, 
 			o->retry_us = Max((int64) ceil(nt - win - now - 1e-3), 1);
 		}
 		o->reset_at_us = (int64) ceil(write ? nt : tat);
+		o->next_us = bucket_next_token(lim, win, now, write ? nt : tat);
 		na = nt;
 		expires = (int64) ceil(na);
 		/* carried with how far the tat then stood (lua_counter_import) */

@@ -355,6 +355,7 @@ static bool
 decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 {
 	bool		first = true;
+	const FbWindow *tightest = &st->w[0];
 
 	test_pause();
 
@@ -383,6 +384,7 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 		{
 			o->remaining = rem;
 			o->used = w->used;
+			tightest = w;
 		}
 		if (first || (o->allowed && (denies || newmin)))
 		{
@@ -393,6 +395,22 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 			o->allowed = false;
 		first = false;
 	}
+
+	/*
+	 * When the window whose remaining is reported next frees a unit: its
+	 * oldest unit leaves (a row, or what Redis had counted). With nothing
+	 * in it, the units spent now leave a window from now.
+	 */
+	if (tightest->used > 0)
+	{
+		int64		wait;
+
+		if (!window_wait(s, st, tightest, 1, &wait))
+			return false;
+		o->next_us = st->now + wait;
+	}
+	else
+		o->next_us = st->now + tightest->win;
 	return true;
 }
 /* Calls per backend, so that a page of heads is swept at the first and every 16th. */

@@ -55,6 +55,7 @@ read_outcome(RedisResult *r, const RlArgs *args, bool peek, RlOutcome *o)
 	o->entry_ts = (args->algorithm == ALGO_SLIDING_LOG || args->algorithm == ALGO_MULTI_LOG) ?
 		v[RF_RECORDED] : -1;
 	o->stable_us = v[RF_STABLE];
+	o->next_us = v[RF_NEXT];
 	if (args->algorithm == ALGO_MULTI_LOG)
 	{
 		o->lim = args->lims[v[RF_WINDOW] - 1];

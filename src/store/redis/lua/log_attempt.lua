@@ -8,15 +8,19 @@ Redis Cluster (keep the ledger and the block key, see keep); now is the
 time in us (absent or '': Redis TIME). Each argument costs Redis about a
 thousand instructions, so most calls send the first three alone.
 Returns {allowed, remaining, retry_after_us, reset_at_us, used, recorded,
-stable_us}, where recorded is the score of the entry written, or -1, and
-stable_us (on a denial) is how long the same call would get the same answer
-if nothing else wrote to the key: until the oldest entry in the window
-leaves it, or retry_after, whichever comes first. A forced call over the
+stable_us, next_us}, where recorded is the score of the entry written, or
+-1, stable_us (on a denial) is how long the same call would get the same
+answer if nothing else wrote to the key: until the oldest entry in the
+window leaves it, or retry_after, whichever comes first, and next_us is
+when the window next frees a unit (next_free; on a blocked key not before
+the block ends; with nothing in the window, win after now or after the
+entry this call wrote). A forced call over the
 limit reports allowed = 0 with the retry_after it would have had; a call
 on a blocked key, allowed = 2 (see blocked). A call admitted on a key not
-blocked returns only {remaining, recorded}: the rest follows (allowed 1,
-retry_after 0, reset_at recorded + win, used lim - remaining, stable 0),
-and a reply of seven numbers costs Redis about 3 % more of the call. ]]
+blocked returns only {remaining, recorded, next_us}: the rest follows
+(allowed 1, retry_after 0, reset_at recorded + win, used lim - remaining,
+stable 0), and a reply of eight numbers costs Redis about 3 % more of the
+call. ]]
 
 local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])
 local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
@@ -31,6 +35,8 @@ local total, last_ts = newest(key, base)
 local rt, rlast = rb, nil
 if lk then rt, rlast = ledger_newest(lk, rb) end
 local used = total - base - (rt - rb)
+local nxt = next_free(key, lk, r0, base, rb, used, win)
+if nxt and bend > nxt then nxt = bend end
 local ok = used + cost <= lim
 local retry, rem = 0, lim - used - cost
 if not ok or bend > now then
@@ -50,11 +56,16 @@ if not ok or bend > now then
     local r = blocked({0, rem, retry, reset, used, -1, 0}, bend, now)
     r[7] = r[3]
     if first then r[7] = math.min(first + win - now, r[3]) end
+    r[8] = nxt or math.max(now + win, bend)
     return r
   end
   rem = 0
 end
 local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, win)
--- admitted (most calls): the two fields the others follow from
-if ok and bend <= now then return {rem, ts} end
-return blocked({ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}, bend, now)
+-- nothing was in the window: this call's entry is the oldest
+if not nxt then nxt = math.max(ts + win, bend) end
+-- admitted (most calls): the three fields the others follow from
+if ok and bend <= now then return {rem, ts, nxt} end
+local r = blocked({ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}, bend, now)
+r[8] = nxt
+return r

@@ -7,7 +7,9 @@ every window admits it, and then recorded once, so in all of them. Entries
 are kept for the longest window. The reply describes the most constraining
 window: the smallest remaining, the largest retry_after; its last field is
 the deciding window's number (1..n): the first that denies, else the one
-with the smallest remaining. ]]
+with the smallest remaining; then next_us, when the window whose remaining
+the reply gives next frees a unit (next_free; win after the entry this
+call wrote, or after now, when that window held nothing). ]]
 
 local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])
 local n = ARGV[1] + 0
@@ -22,6 +24,7 @@ local total, last_ts = newest(key, base)
 local rt, rlast = rb, nil
 if lk then rt, rlast = ledger_newest(lk, rb) end
 local ok, rem, retry, used, wi = true, nil, 0, 0, 1
+local nxt, nwin = nil, 0
 for i = 1, n do
   local lim, win = ARGV[1 + i] + 0, ARGV[1 + n + i] + 0
   local bi, rbi = base, 0
@@ -38,7 +41,13 @@ for i = 1, n do
   -- a peek reports the units left, not those left after a call
   if den or mode == 'p' then ri = math.max(lim - ui, 0) end
   local newmin = rem == nil or ri < rem
-  if newmin then rem, used = ri, ui end
+  if newmin then
+    rem, used, nwin = ri, ui, win
+    nxt = nil
+    if ui > 0 then
+      nxt = next_free(key, lk, redis.call('ZCOUNT', key, '-inf', now - win), bi, rbi, ui, win)
+    end
+  end
   -- the deciding window: the first that denies, else the tightest
   if ok and (den or newmin) then wi = i end
   if den then ok = false end
@@ -56,8 +65,9 @@ if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then
       reset = last_ts + maxwin
     end
   end
-  return blocked({ok and 1 or 0, rem, retry, reset, used, -1, wi}, bend, now)
+  return blocked({ok and 1 or 0, rem, retry, reset, used, -1, wi, math.max(nxt or now + nwin, bend)}, bend, now)
 end
 local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, maxwin)
-if ok then return blocked({1, rem, 0, ts + maxwin, used + cost, ts, wi}, bend, now) end
-return blocked({0, 0, retry, ts + maxwin, used + cost, ts, wi}, bend, now)
+nxt = math.max(nxt or ts + nwin, bend)
+if ok then return blocked({1, rem, 0, ts + maxwin, used + cost, ts, wi, nxt}, bend, now) end
+return blocked({0, 0, retry, ts + maxwin, used + cost, ts, wi, nxt}, bend, now)

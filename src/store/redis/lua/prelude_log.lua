@@ -46,6 +46,14 @@ local function freeing_time(key, lk, r0, base, rb, need)
   local e = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')
   return tonumber(e[2]), first
 end
+-- When the window next frees a unit (the end of the effective window of
+-- draft-ietf-httpapi-ratelimit-headers-11): the oldest unit still in it
+-- leaves, win after the first live entry not wholly given back. nil when
+-- the window holds none of the key's units.
+local function next_free(key, lk, r0, base, rb, used, win)
+  if used <= 0 then return nil end
+  return (freeing_time(key, lk, r0, base, rb, 1)) + win
+end
 -- When the window holds none of the `used` units: the newest entry not
 -- given back leaves it. Only a refund of the newest entry needs a search.
 local function last_live(key, lk, r0, base, rb, used, last_ts, rlast)
