@@ -242,6 +242,7 @@ check_one(const Header *h, const redisReply *r)
 	CHECK(valid_time(v[RF_RESET]));
 	CHECK(v[RF_RECORDED] == -1 || valid_time(v[RF_RECORDED]));
 	CHECK(v[RF_STABLE] >= 0);
+	CHECK(valid_time(v[RF_NEXT]) && v[RF_NEXT] > 0);
 	if (h->call.peek)
 		CHECK(v[RF_RECORDED] == -1);
 }

@@ -73,15 +73,17 @@ my $win = 3_600_000_000;
 
 # Well-formed replies for rl_attempt('h', 100, '1 hour', 1): an admission
 # (1 unit now used, 99 left) and a denial (100 used, retry in 5 s).
-my @admit = (1, 99, 0, $ts + $win, 1, $ts, 0);
-my @deny  = (0, 0, 5_000_000, $ts + $win, 100, -1, 4_000_000);
+# The last field (1.11), next_us, is when the window next frees a unit:
+# for the admission, its own entry leaving; for the denial, the oldest.
+my @admit = (1, 99, 0, $ts + $win, 1, $ts, 0, $ts + $win);
+my @deny  = (0, 0, 5_000_000, $ts + $win, 100, -1, 4_000_000, $ts + 4_000_000);
 
 sub with
 {
 	my ($base, %set) = @_;
 	my @v = @$base;
 	my %at = (allowed => 0, remaining => 1, retry_after => 2, reset_at => 3,
-		used => 4, recorded => 5, stable_us => 6);
+		used => 4, recorded => 5, stable_us => 6, next_us => 7);
 	$v[ $at{$_} ] = $set{$_} foreach keys %set;
 	return $ints->(@v);
 }
@@ -102,9 +104,9 @@ $fake->script($ints->(@deny));
 	  FROM rl_attempt('h', 100, '1 hour', 1, 'error') r});
 is($out, 'f|redis|0|00:00:05', 'a well-formed denial is believed, retry_after included');
 
-# The short form of an admission, {remaining, recorded}: the other fields
-# follow from it (reset_at = recorded + window).
-$fake->script($ints->(99, $ts));
+# The short form of an admission, {remaining, recorded, next_us}: the other
+# fields follow from it (reset_at = recorded + window).
+$fake->script($ints->(99, $ts, $ts + $win));
 ($out, $err) = run_sql(
 	q{SELECT (r).allowed, (r).store, (r).remaining, (r).retry_after,
 	         (extract(epoch FROM (r).reset_at) * 1000000)::bigint
@@ -151,35 +153,35 @@ is($err, '', 'a denial by a block: no error');
 my $denied_by = 'the sliding_log attempt reply';
 my @cases = (
 	[ 'a status reply', "+OK\r\n",
-		qr/The sliding_log attempt reply is a status reply, not an array of 7 integers\./ ],
+		qr/The sliding_log attempt reply is a status reply, not an array of 8 integers\./ ],
 	[ 'a bulk string', "\$2\r\nok\r\n", qr/reply is a bulk string, not an array/ ],
 	[ 'a nil', "\$-1\r\n", qr/reply is a nil, not an array/ ],
 	[ 'a nil array', "*-1\r\n", qr/reply is a nil, not an array/ ],
 	[ 'an integer', ":1\r\n", qr/reply is an integer, not an array/ ],
-	[ 'an empty array', "*0\r\n", qr/reply has 0 elements, not 7 \(or 2 for an admission\)\./ ],
-	[ 'a short array', $ints->(@admit[0 .. 5]), qr/reply has 6 elements, not 7 \(or 2 for an admission\)\./ ],
-	[ 'an array too long', $ints->(@admit, 0), qr/reply has 8 elements, not 7 \(or 2 for an admission\)\./ ],
+	[ 'an empty array', "*0\r\n", qr/reply has 0 elements, not 8 \(or 3 for an admission\)\./ ],
+	[ 'a short array', $ints->(@admit[0 .. 6]), qr/reply has 7 elements, not 8 \(or 3 for an admission\)\./ ],
+	[ 'an array too long', $ints->(@admit, 0), qr/reply has 9 elements, not 8 \(or 3 for an admission\)\./ ],
 	[ 'an absurd array length', "*999999999999\r\n",
 		qr/malformed reply from Redis at 127\.0\.0\.1:\d+: Multi-bulk length out of range/ ],
 	[ 'an array of 100 million', "*100000000\r\n",
 		qr/oversized reply from Redis at .*: it announces more than 262144 array elements/ ],
-	[ 'a negative bulk length', "*7\r\n\$-5\r\n", qr/malformed reply from Redis.*Bulk string length out of range/ ],
+	[ 'a negative bulk length', "*8\r\n\$-5\r\n", qr/malformed reply from Redis.*Bulk string length out of range/ ],
 	# hiredis 0.14 refuses more than 7 levels itself; 1.x reads them, and the
 	# reply's shape check refuses what it read.
 	[ 'nesting too deep', ("*1\r\n" x 9) . ":1\r\n",
-	  qr/malformed reply from Redis.*nested multi bulk replies with depth > 7|The sliding_log attempt reply has 1 elements, not 7 \(or 2 for an admission\)\./ ],
-	[ 'nested arrays as fields', "*7\r\n" . ("*1\r\n:1\r\n" x 7), qr/Field "allowed" of the sliding_log attempt reply is an array, not an integer\./ ],
+	  qr/malformed reply from Redis.*nested multi bulk replies with depth > 7|The sliding_log attempt reply has 1 elements, not 8 \(or 3 for an admission\)\./ ],
+	[ 'nested arrays as fields', "*8\r\n" . ("*1\r\n:1\r\n" x 8), qr/Field "allowed" of the sliding_log attempt reply is an array, not an integer\./ ],
 	[ 'an HTTP answer', "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
 		qr/malformed reply from Redis.*Protocol error, got "H" as reply type byte/ ],
 	[ 'binary garbage', "\x00\xff\xfe\x01garbage\r\n", qr/malformed reply from Redis.*Protocol error/ ],
-	[ 'an integer too large', "*7\r\n:99999999999999999999999\r\n", qr/malformed reply from Redis.*Bad integer value/ ],
-	[ 'strings where integers belong', "*7\r\n" . join('', map { "\$1\r\n$_\r\n" } 1, 9, 0, 1, 1, 1, 0),
+	[ 'an integer too large', "*8\r\n:99999999999999999999999\r\n", qr/malformed reply from Redis.*Bad integer value/ ],
+	[ 'strings where integers belong', "*8\r\n" . join('', map { "\$1\r\n$_\r\n" } 1, 9, 0, 1, 1, 1, 0, 1),
 		qr/Field "allowed" of the sliding_log attempt reply is a bulk string, not an integer\./ ],
-	[ 'a status where an integer belongs', "*7\r\n:1\r\n+99\r\n:0\r\n:1\r\n:1\r\n:1\r\n:0\r\n",
+	[ 'a status where an integer belongs', "*8\r\n:1\r\n+99\r\n:0\r\n:1\r\n:1\r\n:1\r\n:0\r\n:1\r\n",
 		qr/Field "remaining" of the sliding_log attempt reply is a status reply, not an integer\./ ],
-	[ 'a nil where an integer belongs', "*7\r\n:1\r\n:99\r\n:0\r\n\$-1\r\n:1\r\n:1\r\n:0\r\n",
+	[ 'a nil where an integer belongs', "*8\r\n:1\r\n:99\r\n:0\r\n\$-1\r\n:1\r\n:1\r\n:0\r\n:1\r\n",
 		qr/Field "reset_at" of the sliding_log attempt reply is a nil, not an integer\./ ],
-	[ 'the example of the issue', $ints->(1, -5, -1, -9, -1, -1, -1),
+	[ 'the example of the issue', $ints->(1, -5, -1, -9, -1, -1, -1, -1),
 		qr/Field "remaining" of the sliding_log attempt reply is -5, but it must be between 0 and 100\./ ],
 	[ 'allowed = 3', with(\@admit, allowed => 3), qr/Field "allowed" .* is 3, but it must be 0, 1 or 2\./ ],
 	[ 'allowed = -1', with(\@admit, allowed => -1), qr/Field "allowed" .* is -1, but it must be 0, 1 or 2\./ ],
@@ -208,15 +210,21 @@ my @cases = (
 		qr/Field "reset_at" .* is -9223372036854775807, but it is not a valid time\./ ],
 	[ 'admitted with a stable_us', with(\@admit, stable_us => 5), qr/Field "stable_us" .* is 5, but it must be 0 when the call was recorded\./ ],
 	[ 'admitted, stable_us negative', with(\@admit, stable_us => -1), qr/Field "stable_us" .* is -1, but it must be 0/ ],
-	[ 'the short admission, nothing used', $ints->(100, $ts),
+	[ 'admitted, next_us not a time', with(\@admit, next_us => -5),
+		qr/Field "next_us" .* is -5, but it must be a valid time after now\./ ],
+	[ 'denied, next_us after the window empties', with(\@deny, next_us => $ts + $win + 1),
+		qr/Field "next_us" .* is @{[ $ts + $win + 1 ]}, but it must be at most reset_at, @{[ $ts + $win ]}\./ ],
+	[ 'the short admission, next_us 0', $ints->(99, $ts, 0),
+		qr/Field "next_us" .* is 0, but it must be a valid time after now\./ ],
+	[ 'the short admission, nothing used', $ints->(100, $ts, $ts + $win),
 		qr/Field "used" .* is 0, but it must include the 1 units recorded\./ ],
-	[ 'the short admission, remaining negative', $ints->(-1, $ts),
+	[ 'the short admission, remaining negative', $ints->(-1, $ts, $ts + $win),
 		qr/Field "remaining" .* is -1, but it must be between 0 and 100\./ ],
-	[ 'the short admission, nothing recorded', $ints->(99, -1),
+	[ 'the short admission, nothing recorded', $ints->(99, -1, $ts + $win),
 		qr/Field "recorded" .* is -1, but it must be the time of the entry recorded/ ],
-	[ 'the short admission, recorded at the end of time', $ints->(99, '9223372036854775807'),
+	[ 'the short admission, recorded at the end of time', $ints->(99, '9223372036854775807', $ts + $win),
 		qr/Field "recorded" .* is 9223372036854775807, but the window after it would end past the last valid time\./ ],
-	[ 'the short admission, a string', "*2\r\n\$2\r\n99\r\n:$ts\r\n",
+	[ 'the short admission, a string', "*3\r\n\$2\r\n99\r\n:$ts\r\n:$ts\r\n",
 		qr/Field "remaining" of the sliding_log attempt reply is a bulk string, not an integer\./ ],
 	[ 'denied, retry_after 0', with(\@deny, retry_after => 0), qr/Field "retry_after" .* is 0, but it must be positive when the call is denied\./ ],
 	[ 'denied, retry_after negative', with(\@deny, retry_after => -5), qr/Field "retry_after" .* is -5, but it must be positive/ ],
@@ -280,22 +288,23 @@ foreach my $case (@cases)
 }
 
 # The allow policy admits, but says that no store was asked.
-$fake->script($ints->(1, -5, -1, -9, -1, -1, -1));
+$fake->script($ints->(1, -5, -1, -9, -1, -1, -1, -1));
 ($out, $err) = attempt('allow');
 is($out, 't|none|', 'the example of the issue, policy allow: admitted by the policy, store none');
 
 # ---------------------------------------------------------------------
 # Other scripts: rl_peek, the counting algorithms, rl_attempt_multi.
 # ---------------------------------------------------------------------
-$fake->script($ints->(1, 100, 0, $ts, 0, -1));
+$fake->script($ints->(1, 100, 0, $ts, 0, -1, $ts + $win));
 ($out, $err) = peek('error');
 is($out, 't|redis|100', 'rl_peek: a well-formed reply is believed');
 
 foreach my $case (
-	[ 'seven fields', $ints->(1, 100, 0, $ts, 0, -1, 0), qr/The sliding_log peek reply has 7 elements, not 6\./ ],
-	[ 'remaining negative', $ints->(1, -5, 0, $ts, 0, -1), qr/Field "remaining" of the sliding_log peek reply is -5/ ],
-	[ 'a recorded entry', $ints->(1, 100, 0, $ts, 0, $ts), qr/Field "recorded" of the sliding_log peek reply is $ts, but it must be -1/ ],
-	[ 'admitted with nothing left', $ints->(1, 0, 0, $ts, 100, -1), qr/Field "remaining" .* is 0, but it must be at least 1 when a call would be admitted\./ ],
+	[ 'eight fields', $ints->(1, 100, 0, $ts, 0, -1, 0, $ts), qr/The sliding_log peek reply has 8 elements, not 7\./ ],
+	[ 'six fields, no next_us', $ints->(1, 100, 0, $ts, 0, -1), qr/The sliding_log peek reply has 6 elements, not 7\./ ],
+	[ 'remaining negative', $ints->(1, -5, 0, $ts, 0, -1, $ts), qr/Field "remaining" of the sliding_log peek reply is -5/ ],
+	[ 'a recorded entry', $ints->(1, 100, 0, $ts, 0, $ts, $ts), qr/Field "recorded" of the sliding_log peek reply is $ts, but it must be -1/ ],
+	[ 'admitted with nothing left', $ints->(1, 0, 0, $ts, 100, -1, $ts), qr/Field "remaining" .* is 0, but it must be at least 1 when a call would be admitted\./ ],
 	[ 'a status reply', "+QUEUED\r\n", qr/The sliding_log peek reply is a status reply/ ])
 {
 	my ($name, $reply, $detail) = @$case;
@@ -318,31 +327,33 @@ sub algo
 		   FROM rl_attempt('h', 100, '1 hour', 1, '$policy', NULL, '$algorithm') r});
 }
 
-$fake->script($ints->(1, 99, 0, $ts, 1, -1));
+$fake->script($ints->(1, 99, 0, $ts, 1, -1, $ts));
 ($out, $err) = algo('fixed_window', 'error');
 is($out, 't|redis|99', 'fixed_window: a well-formed reply is believed');
 foreach my $algorithm (qw(fixed_window sliding_counter token_bucket))
 {
-	$fake->script($ints->(99, $ts, 1));
+	$fake->script($ints->(99, $ts, 1, $ts));
 	($out, $err) = algo($algorithm, 'error');
 	is($out, 't|redis|99', "$algorithm: the short form of an admission is believed");
 }
 foreach my $case (
-	[ 'fixed_window', 'the sliding_log shape', $ints->(@admit), qr/The fixed_window attempt reply has 7 elements, not 6 \(or 3 for an admission\)\./ ],
-	[ 'fixed_window', 'the short admission, remaining above what is left', $ints->(100, $ts, 1),
+	[ 'fixed_window', 'the sliding_log shape', $ints->(@admit), qr/The fixed_window attempt reply has 8 elements, not 7 \(or 4 for an admission\)\./ ],
+	[ 'token_bucket', 'the short admission of 1.10, without next_us', $ints->(99, $ts, 1),
+		qr/The token_bucket attempt reply has 3 elements, not 7 \(or 4 for an admission\)\./ ],
+	[ 'fixed_window', 'the short admission, remaining above what is left', $ints->(100, $ts, 1, $ts),
 		qr/Field "remaining" of the fixed_window attempt reply is 100, but with 1 units used it must be 99\./ ],
-	[ 'fixed_window', 'the short admission, a string', "*3\r\n:99\r\n\$2\r\n17\r\n:1\r\n",
+	[ 'fixed_window', 'the short admission, a string', "*4\r\n:99\r\n\$2\r\n17\r\n:1\r\n:$ts\r\n",
 		qr/Field "reset_at" of the fixed_window attempt reply is a bulk string, not an integer\./ ],
-	[ 'sliding_counter', 'the short admission, nothing used', $ints->(99, $ts, 0),
+	[ 'sliding_counter', 'the short admission, nothing used', $ints->(99, $ts, 0, $ts),
 		qr/Field "used" of the sliding_counter attempt reply is 0, but it must include the 1 units recorded\./ ],
-	[ 'token_bucket', 'the short admission, reset_at invalid', $ints->(99, '-9223372036854775807', 1),
+	[ 'token_bucket', 'the short admission, reset_at invalid', $ints->(99, '-9223372036854775807', 1, $ts),
 		qr/Field "reset_at" of the token_bucket attempt reply is -9223372036854775807, but it is not a valid time\./ ],
-	[ 'fixed_window', 'retry_after beyond the window', $ints->(0, 0, $win + 1, $ts, 100, -1),
+	[ 'fixed_window', 'retry_after beyond the window', $ints->(0, 0, $win + 1, $ts, 100, -1, $ts),
 		qr/Field "retry_after" of the fixed_window attempt reply is 3600000001, but it must be at most the window/ ],
-	[ 'fixed_window', 'a recorded entry', $ints->(1, 99, 0, $ts, 1, $ts), qr/Field "recorded" .* must be -1/ ],
-	[ 'sliding_counter', 'retry_after beyond two windows', $ints->(0, 0, 2 * $win + 1, $ts, 100, -1),
+	[ 'fixed_window', 'a recorded entry', $ints->(1, 99, 0, $ts, 1, $ts, $ts), qr/Field "recorded" .* must be -1/ ],
+	[ 'sliding_counter', 'retry_after beyond two windows', $ints->(0, 0, 2 * $win + 1, $ts, 100, -1, $ts),
 		qr/Field "retry_after" of the sliding_counter attempt reply is 7200000001, but it must be at most two windows/ ],
-	[ 'token_bucket', 'remaining above the limit', $ints->(1, 101, 0, $ts, 1, -1),
+	[ 'token_bucket', 'remaining above the limit', $ints->(1, 101, 0, $ts, 1, -1, $ts),
 		qr/Field "remaining" of the token_bucket attempt reply is 101/ ])
 {
 	my ($algorithm, $name, $reply, $detail) = @$case;
@@ -363,25 +374,26 @@ sub multi
 		   FROM rl_attempt_multi('h', '{10,100}', '{1 second,1 hour}', 1, '$policy') r});
 }
 # The seventh field names the deciding window (1.6): its limit is the row's.
-$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, 1));
+# The eighth (1.11) is when the tightest window next frees a unit.
+$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, 1, $ts + 1_000_000));
 ($out, $err) = multi('error');
 is($out, 't|redis|9|10', 'rl_attempt_multi: a well-formed reply is believed');
-$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, 2));
+$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, 2, $ts + 1_000_000));
 ($out, $err) = multi('error');
 is($out, 't|redis|9|100', 'rl_attempt_multi: the deciding window the reply names');
-$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, 3));
+$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, 3, $ts + 1_000_000));
 ($out, $err) = multi('error');
 like($err, qr/DETAIL:\s+Field "window" of the multi attempt reply is 3, but it must be between 1 and 2\./,
 	'rl_attempt_multi: a window that was not asked about is refused');
-$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts));
+$fake->script($ints->(1, 9, 0, $ts + $win, 1, $ts, $ts + 1_000_000));
 ($out, $err) = multi('error');
-like($err, qr/DETAIL:\s+The multi attempt reply has 6 elements, not 7\./,
+like($err, qr/DETAIL:\s+The multi attempt reply has 7 elements, not 8\./,
 	'rl_attempt_multi: a reply without the deciding window is refused');
-$fake->script($ints->(1, 11, 0, $ts + $win, 1, $ts, 1));
+$fake->script($ints->(1, 11, 0, $ts + $win, 1, $ts, 1, $ts + 1_000_000));
 ($out, $err) = multi('error');
 like($err, qr/DETAIL:\s+Field "remaining" of the multi attempt reply is 11, but it must be between 0 and 10\./,
 	'rl_attempt_multi: remaining above the smallest limit is refused');
-$fake->script($ints->(1, 9, 0, $ts + 1_000_000, 1, $ts, 1));
+$fake->script($ints->(1, 9, 0, $ts + 1_000_000, 1, $ts, 1, $ts + 1_000_000));
 ($out, $err) = multi('error');
 like($err, qr/DETAIL:\s+Field "reset_at" of the multi attempt reply .* plus the window, 1900003600000000\./,
 	'rl_attempt_multi: reset_at must follow the longest window');
@@ -491,7 +503,7 @@ $fake->script($ints->(@admit));
 run_sql(q{SET slidewin.redis_retry_interval = '1h'});
 ($out, $err) = attempt('error');
 is($out, 't|redis|99', 'breaker: a new session asks Redis');
-$fake->script($ints->(1, -5, -1, -9, -1, -1, -1));
+$fake->script($ints->(1, -5, -1, -9, -1, -1, -1, -1));
 ($out, $err) = attempt('error');
 is(sqlstate($err), '08P01', 'breaker: the refused reply fails the call');
 like($err, qr/DETAIL:\s+Field "remaining" of the sliding_log attempt reply is -5/,

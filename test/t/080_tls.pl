@@ -251,8 +251,8 @@ if ($fake_pid == 0)
 		  qw(server redis version 7.0.15 proto), ) . ":2\r\n"
 	  . join('', map { '$' . length($_) . "\r\n$_\r\n" } qw(id 7 mode standalone role master pad), $pad)
 	  . "\$7\r\nmodules\r\n*0\r\n";
-	my $attempt = sprintf("*7\r\n:1\r\n:99\r\n:0\r\n:%d\r\n:1\r\n:%d\r\n:0\r\n",
-		$now_us + 3600_000_000, $now_us);
+	my $attempt = sprintf("*8\r\n:1\r\n:99\r\n:0\r\n:%d\r\n:1\r\n:%d\r\n:0\r\n:%d\r\n",
+		$now_us + 3600_000_000, $now_us, $now_us + 3600_000_000);
 	while (my $c = $fake->accept)
 	{
 		my $buf = '';

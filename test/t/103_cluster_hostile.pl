@@ -36,7 +36,7 @@ sub run_sql
 sub sends { return $fake->count('EVALSHA') + $fake->count('EVAL') }
 
 # Sanity: a good reply is believed.
-$fake->script(FakeRedis::ints(1, 9, 0, 1_900_003_600_000_000, 1, 1_900_000_000_000_000, 0));
+$fake->script(FakeRedis::ints(1, 9, 0, 1_900_003_600_000_000, 1, 1_900_000_000_000_000, 0, 1_900_003_600_000_000));
 my ($out, $err) = run_sql(q{SELECT (r).allowed, (r).store FROM rl_attempt('h:1', 10, '1 hour', 1, 'error') r});
 is($out, 't|redis', 'the fake node serves every slot') or diag($err);
 
@@ -82,7 +82,7 @@ cmp_ok($took, '<', 2, sprintf('and the call ended at its deadline (%.2f s)', $to
 
 # A slot map that cannot be read.
 $fake->reply('CLUSTER', "*1\r\n*3\r\n:9\r\n:3\r\n*2\r\n" . '$9' . "\r\n127.0.0.1\r\n:$port\r\n");
-$fake->script(FakeRedis::ints(1, 9, 0, 1_900_003_600_000_000, 1, 1_900_000_000_000_000, 0));
+$fake->script(FakeRedis::ints(1, 9, 0, 1_900_003_600_000_000, 1, 1_900_000_000_000_000, 0, 1_900_003_600_000_000));
 ($out, $err) = run_sql(q{SELECT * FROM rl_attempt('h:2', 10, '1 hour', 1, 'error')});
 like($err, qr/ERROR:\s+080\d\d: .*no usable slot map/s, 'a slot map with start > end is refused');
 
