@@ -35,4 +35,5 @@ if ok then
   if bend <= now then return {rem, math.ceil(new), used + cost, next_token(new)} end
   return blocked({1, rem, 0, math.ceil(new), used + cost, -1, next_token(new)}, bend, now)
 end
-return blocked({0, 0, math.max(1, math.ceil(new - win - now - 1e-3)), math.ceil(new), used + cost, -1, next_token(new)}, bend, now)
+local retry = math.max(1, math.ceil(new - win - now - 1e-3))
+return blocked({0, 0, retry, math.ceil(new), used + cost, -1, next_token(new)}, bend, now)
