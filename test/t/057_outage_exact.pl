@@ -367,33 +367,32 @@ sub gcra_ahead
 # ('restarted') for longer than the window, so that the outage holds a
 # boundary of the aligned windows (and buckets): a key Redis filled before
 # the outage gets fallback admissions after the boundary, which Redis then
-# learns. The outage begins 1 s before a boundary (at least $down_at s into
-# the run), so that 3.5 s of it follow the boundary, and 0.5 s of that
-# window follow the outage. Where the boundary fell by chance, it could
-# come in the outage's last tenths of a second: Redis's denials just
-# before the outage (the deny cache keeps them) and the sliding counter's
-# previous window left the fallback store no room to admit in that time,
-# and a run checked nothing across the switch (a CI run's fallback store
-# admitted 0 for the sliding counter). Returns (calls by key, down, up).
+# learns. The boundary is the first at least 1 s after the outage began, as
+# this script saw it begin (after the signal), and Redis comes back 3.5 s
+# after it: 0.5 s of that window follow the outage. Timed from the start of
+# the run instead, on a loaded machine the signal went out more than a
+# second late, the boundary fell before the outage, and Redis filled the
+# window the whole outage lay in: the fallback store rightly admitted
+# nothing, and the run checked nothing across the switch (a CI run saw 0
+# fallback admissions for two algorithms). Returns (calls by key, down, up).
 sub counting_run
 {
 	my ($run, $mode, @nodes) = @_;
 	my $t0 = time;
-	my $boundary = (int(($t0 + $down_at + 1) / $win_s) + 1) * $win_s;
-	my $down_rel = $boundary - 1 - $t0;
-	my $up_rel = $down_rel + $win_s + 0.5;
 	my @b;
 	for my $n (@nodes)
 	{
 		my ($out, $err) = ('', '');
-		my @cmd = ('pgbench', '-n', '-c', 8 / @nodes, '-j', 2, '-T', int($up_rel + 5.99),
+		my @cmd = ('pgbench', '-n', '-c', 8 / @nodes, '-j', 2, '-T', int($down_at + 1 + $win_s + 3.5 + 5),
 			'-D', "run=$run", '-f', $cscript, '-h', $n->host, '-p', $n->port, 'postgres');
 		push @b, { h => IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err),
 			out => \$out, err => \$err, name => $n->name };
 	}
-	my $down = sleep_until($t0, $down_rel);
+	sleep_until($t0, $down_at);
 	$mode eq 'restarted' ? $redis->kill9 : $redis->freeze;
-	my $up = sleep_until($t0, $up_rel);
+	my $down = time;
+	my $boundary = (int(($down + 1) / $win_s) + 1) * $win_s;
+	my $up = sleep_until($boundary, 3.5);
 	$mode eq 'restarted' ? $redis->restart : $redis->thaw;
 	note(sprintf('run %d: Redis %s at +%.2f s, back at +%.2f s, a window boundary at +%.2f s',
 		$run, $mode eq 'restarted' ? 'killed' : 'frozen', $down - $t0, $up - $t0, $boundary - $t0));
@@ -403,9 +402,28 @@ sub counting_run
 	for my $k (keys %$by) { $fb{ (split /:/, $k)[0] } += grep { $_->[5] && $_->[1] eq 'fallback' } @{ $by->{$k} } }
 	for my $a (qw(fixed_window sliding_counter token_bucket))
 	{
-		cmp_ok($fb{$a} // 0, '>', 0, "counting, run $run, $a: the fallback store admitted (" . ($fb{$a} // 0) . ')');
+		cmp_ok($fb{$a} // 0, '>', 0, "counting, run $run, $a: the fallback store admitted (" . ($fb{$a} // 0) . ')')
+		  or diag(counting_story($by, $a, $down, $up));
 	}
 	return ($by, $down, $up);
+}
+
+# What the calls of one algorithm got, by store and answer, before, during
+# and after the outage (for a failure's diagnosis).
+sub counting_story
+{
+	my ($by, $a, $down, $up) = @_;
+	my %n;
+	for my $k (grep { /^$a:/ } keys %$by)
+	{
+		for my $c (@{ $by->{$k} })
+		{
+			my $t = $c->[2] / 1e6;
+			my $when = $t < $down ? 'before' : $t < $up ? 'during' : 'after';
+			$n{"$when $c->[1] " . ($c->[5] ? 'admitted' : 'denied')}++;
+		}
+	}
+	return "$a: " . join(', ', map { "$_ $n{$_}" } sort keys %n);
 }
 
 # The most units in one window (bucket) of any key of the algorithm, over
