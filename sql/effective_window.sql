@@ -81,6 +81,16 @@ SELECT a AS algorithm, rl_headers(r) ->> 'RateLimit' AS ratelimit, rl_headers(r)
        LATERAL (SELECT rl_attempt('deny:' || a, 1, '10 seconds', algorithm => a) r
                   FROM generate_series(1, 2) OFFSET 1) s;
 
+-- On the real clock too, when the deny cache answers (the third and fourth
+-- call: the second's denial is cached), next_at is ahead, within the window.
+RESET slidewin.test_now;
+SELECT rl_reset('realclock');
+SELECT i, (r).allowed, (r).next_at > clock_timestamp() AND (r).next_at <= clock_timestamp() + interval '1 hour'
+         AS next_at_ahead_within_the_window
+  FROM generate_series(1, 4) i, LATERAL (SELECT rl_attempt('realclock', 1, '1 hour', 1 + 0 * i) r) s;
+SELECT rl_reset('realclock');
+SET slidewin.test_now = '2030-06-01 00:01:03.5+00';
+
 -- The partition key, a byte sequence (RFC 9651), in both fields.
 SELECT rl_headers(r, 'per-user', sha256('regress:user:42'::bytea)) FROM rl_attempt('pk', 5, '10 seconds') r;
 SELECT rl_headers(r, 'per-user', '') ->> 'RateLimit' FROM rl_attempt('pk', 5, '10 seconds') r;

@@ -68,6 +68,7 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "deny_cache.h"
 #include "settings.h"
@@ -210,6 +211,18 @@ cache_clock(bool *test_clock)
 	return *test_clock ? now : mono_us();
 }
 
+/*
+ * A time t on the cache's clock, now being its present reading, as Unix
+ * microseconds (the test clock already is).
+ */
+static int64
+cache_time_as_unix(int64 t, int64 now, bool test_clock)
+{
+	if (test_clock)
+		return t;
+	return GetCurrentTimestamp() + UNIX_TO_PG_US + (t - now);
+}
+
 static void
 clear_slot(DenyEntry *e)
 {
@@ -256,7 +269,7 @@ deny_cache_lookup(const RlArgs *args, RlOutcome *o)
 	o->stable_us = e->until_us - now;
 	o->blocked = e->blocked;
 	/* the answer holds until the oldest unit leaves, or the block ends */
-	o->next_us = e->blocked ? e->free_at_us : e->until_us;
+	o->next_us = cache_time_as_unix(e->blocked ? e->free_at_us : e->until_us, now, test_clock);
 	return true;
 }
 
@@ -351,7 +364,7 @@ deny_cache_known_denial(const RlArgs *args, RlOutcome *o)
 	o->shadowed = false;
 	o->stable_us = 0;
 	o->blocked = copy.blocked;
-	o->next_us = copy.until_us;
+	o->next_us = cache_time_as_unix(copy.until_us, now, test_clock);
 	return true;
 }
 

@@ -37,6 +37,7 @@ typedef struct FbWindow
 	int64		used;			/* seeded included */
 	int64		seeded;			/* units Redis had counted, still spent (the seed) */
 	int64		seed_frees;		/* when they free */
+	int64		first_ts;		/* the oldest live row's time (when used > seeded) */
 } FbWindow;
 
 typedef struct FbState
@@ -242,6 +243,7 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
 		}
 		w->used = first.found ? 1 : 0; /* marks a window with a live row */
 		w->base = first.found ? first.total - first.cost : -1;
+		w->first_ts = first.found ? first.ts : 0;
 	}
 	/* Only now is the newest row final. */
 	for (int i = 0; i < st->n; i++)
@@ -398,18 +400,16 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 
 	/*
 	 * When the window whose remaining is reported next frees a unit: its
-	 * oldest unit leaves (a row, or what Redis had counted). With nothing
-	 * in it, the units spent now leave a window from now.
+	 * oldest unit leaves, the oldest live row (read with the state: no
+	 * further read) or what Redis had counted, whichever first. With
+	 * nothing in it, the units spent now leave a window from now.
 	 */
-	if (tightest->used > 0)
-	{
-		int64		wait;
-
-		if (!window_wait(s, st, tightest, 1, &wait))
-			return false;
-		o->next_us = st->now + wait;
-	}
-	else
+	o->next_us = PG_INT64_MAX;
+	if (tightest->used > tightest->seeded)
+		o->next_us = tightest->first_ts + tightest->win;
+	if (tightest->seeded > 0)
+		o->next_us = Min(o->next_us, tightest->seed_frees);
+	if (o->next_us == PG_INT64_MAX)
 		o->next_us = st->now + tightest->win;
 	return true;
 }
