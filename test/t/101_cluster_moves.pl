@@ -190,7 +190,15 @@ for my $i (1 .. 50)
 	}
 }
 ok(defined $alive, "a key on another master than the victim ($alive)");
+# The calls wait for Redis up to 1 s here (the default is 100 ms): after
+# the promotion each key's first call carries what the fallback store
+# admitted meanwhile, and under a loaded sanitized run one such script took
+# longer than 100 ms, so the call failed over again, the new master's
+# breaker opened for the retry interval, and calls after it went to the
+# fallback store (6 of them in one CI run). A dead node answers at once
+# (refused, or the end of the stream), so the kill is not waited out.
 $many = script('many_alive', qq{\\set r random(1, 200)
+SET slidewin.command_timeout = '1s';
 INSERT INTO adm (k, store, allowed) SELECT 'k' || :r, (x).store, (x).allowed FROM rl_attempt('f:' || :r, 1000000, '1 hour', 1, 'fallback') x;
 INSERT INTO adm (k, store, allowed) SELECT 'alive', (x).store, (x).allowed FROM rl_attempt('$alive', 1000000, '1 hour', 1, 'fallback') x;
 });
@@ -209,9 +217,13 @@ $switched = under_load(12, $many, 0, sub {
 ($n, $bad) = late_answers($switched + 1.5);
 cmp_ok($n, '>', 0, "kill -9 of a master: calls after the promotion + the retry interval ($n)");
 is($bad, '0', 'kill -9 of a master: every one of them answered by Redis')
-  or diag($node->safe_psql('postgres', qq{
-	SELECT round((extract(epoch FROM at) - $switched)::numeric, 1) AS t, store, count(*)
-	FROM adm WHERE k <> 'hot' GROUP BY 1, 2 ORDER BY 1, 2}));
+  or diag("calls not answered by Redis, by time since the promotion (s):\n",
+	$node->safe_psql('postgres', qq{
+	SELECT round((extract(epoch FROM at) - $switched)::numeric, 2) AS t, k, store, allowed
+	FROM adm WHERE k <> 'hot' AND store <> 'redis' AND extract(epoch FROM at) > $switched
+	ORDER BY 1 LIMIT 20}),
+	"\nrl_stats: ", $node->safe_psql('postgres',
+		'SELECT redis_errors, redis_timeouts, breaker_trips FROM rl_stats'));
 is($node->safe_psql('postgres', q{SELECT count(*) > 0 FROM adm WHERE store = 'fallback'}), 't',
 	'the fallback store answered while the slot had no master');
 my ($during, $not_redis) = split /\|/, $node->safe_psql('postgres', qq{

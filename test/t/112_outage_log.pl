@@ -27,6 +27,14 @@ my $node = SlidewinTest::new_node('outlog', undef,
 	[ "shared_preload_libraries = 'slidewin'", 'max_connections = 40',
 	  "slidewin.redis_url = 'redis://app:$secret\@127.0.0.1:$dead'",
 	  'slidewin.redis_retry_interval = 0', "slidewin.outage_log_interval = '10min'",
+	  # When Redis answers again, each of the 20 clients' first call carries
+	  # the fallback store's ~7,000 admissions of the key into it (carry.c),
+	  # all at once on one Redis: here a script of that carry waited up to
+	  # 115 ms for its turn, and in CI one took over the default 100 ms, so
+	  # its call failed over and a real, second outage of 2 ms was logged.
+	  # This file is about the log, not that wait: a dead port refuses at
+	  # once, so the longer timeout costs the outage part nothing.
+	  "slidewin.command_timeout = '2s'",
 	  "log_timezone = 'UTC'" ]);
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
@@ -138,7 +146,8 @@ cmp_ok($counted // 0, '>=', $fallback_calls,
 	"and every fallback call rl_stats counted ($fallback_calls)");
 is(sql('SELECT redis_unreachable_since IS NULL FROM rl_stats'), 't',
 	'rl_stats: reachable again');
-unlike($log, qr/cannot reach Redis/, 'no warning once Redis answers');
+ok($log !~ /cannot reach Redis/, 'no warning once Redis answers')
+  or diag(join("\n", $log =~ /^(.*(?:WARNING|DETAIL):  .*)$/mg));
 
 $node->stop;
 done_testing();
