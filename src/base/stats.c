@@ -72,6 +72,7 @@
 
 #include "compat.h"
 #include "settings.h"
+#include "shmem_parts.h"
 #include "stats.h"
 #include "stats_shared.h"
 
@@ -85,8 +86,6 @@ pg_atomic_uint32 *stats_key_filter = NULL;
 HTAB	   *stats_rule_hash = NULL;
 HTAB	   *stats_key_hash = NULL;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* ---------------------------------------------------------------------
  * Shared memory
@@ -132,32 +131,28 @@ stats_struct_size(void)
 	return size;
 }
 
+static Size
+stats_shmem_size(void)
+{
+	return add_size(stats_struct_size(), PG_CACHE_LINE_SIZE);
+}
+
 static void
 stats_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(add_size(add_size(stats_struct_size(), PG_CACHE_LINE_SIZE),
-									add_size(hash_estimate_size(Max(slidewin_stats_max_rules, 1),
-																sizeof(RuleHashEntry)),
-											 hash_estimate_size(Max(slidewin_track_keys, 1),
-																sizeof(KeyHashEntry)))));
+	RequestAddinShmemSpace(add_size(hash_estimate_size(Max(slidewin_stats_max_rules, 1),
+													   sizeof(RuleHashEntry)),
+									hash_estimate_size(Max(slidewin_track_keys, 1),
+													   sizeof(KeyHashEntry))));
 	RequestNamedLWLockTranche("slidewin stats", 1);
 }
 
 static void
-stats_shmem_startup(void)
+stats_shmem_attach(void *start, bool found)
 {
-	bool		found;
 	HASHCTL		info;
-	char	   *p;
+	char	   *p = start;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	p = ShmemInitStruct("slidewin stats", add_size(stats_struct_size(), PG_CACHE_LINE_SIZE),
-						&found);
 	stats_shared = (StatsShared *) p;
 	p += MAXALIGN(sizeof(StatsShared));
 	stats_slots_base = (char *) TYPEALIGN(PG_CACHE_LINE_SIZE, p);
@@ -213,18 +208,15 @@ stats_shmem_startup(void)
 	info.entrysize = sizeof(KeyHashEntry);
 	stats_key_hash = slidewin_shmem_init_hash("slidewin stats keys", Max(slidewin_track_keys, 1),
 										&info, HASH_ELEM | HASH_BLOBS);
-	LWLockRelease(AddinShmemInitLock);
 }
+
+static const ShmemPart stats_part = {"slidewin stats", stats_shmem_size, stats_shmem_request,
+									 stats_shmem_attach};
 
 void
 stats_init(void)
 {
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = stats_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = stats_shmem_startup;
+	slidewin_shmem_register(&stats_part);
 }
 
 static inline bool

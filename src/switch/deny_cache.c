@@ -72,6 +72,7 @@
 
 #include "deny_cache.h"
 #include "settings.h"
+#include "shmem_parts.h"
 
 
 /* Shared: generation numbers, one per bucket of key hashes. */
@@ -107,8 +108,6 @@ typedef struct DenyShared
 } DenyShared;
 
 static DenyShared *shared = NULL;
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* The longest a denial by a block is answered from the cache (see above). */
 #define BLOCK_CACHE_US USECS_PER_SEC
@@ -138,23 +137,16 @@ typedef struct DenyEntry
 static DenyEntry *slots = NULL;
 static MemoryContext cache_cxt = NULL;
 
-static void
-shmem_request(void)
+static Size
+shmem_size(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(DenyShared)));
+	return sizeof(DenyShared);
 }
 
 static void
-shmem_startup(void)
+shmem_attach(void *p, bool found)
 {
-	bool		found;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("slidewin deny cache", sizeof(DenyShared), &found);
+	shared = p;
 	if (!found)
 	{
 		for (int i = 0; i < GEN_BUCKETS; i++)
@@ -166,18 +158,14 @@ shmem_startup(void)
 		for (int i = 0; i < KNOWN_SLOTS; i++)
 			SpinLockInit(&shared->known[i].mutex);
 	}
-	LWLockRelease(AddinShmemInitLock);
 }
+
+static const ShmemPart shmem_part = {"slidewin deny cache", shmem_size, NULL, shmem_attach};
 
 void
 deny_cache_init(void)
 {
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = shmem_startup;
+	slidewin_shmem_register(&shmem_part);
 }
 
 bool

@@ -57,14 +57,13 @@
 #include "outage.h"
 #include "outage_int.h"
 #include "settings.h"
+#include "shmem_parts.h"
 #include "stats.h"
 #include "store_redis.h"
 
 
 /* The table in shared memory (outage_int.h); NULL unless preloaded. */
 OutageShared *outage_shared = NULL;
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /*
  * Redis's clock less this server's, as the last admission Redis recorded
@@ -114,22 +113,9 @@ shared_size(void)
 }
 
 static void
-shmem_request(void)
+shmem_attach(void *p, bool found)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(shared_size()));
-}
-
-static void
-shmem_startup(void)
-{
-	bool		found;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	outage_shared = ShmemInitStruct("slidewin outage", shared_size(), &found);
+	outage_shared = p;
 	if (!found)
 	{
 		pg_atomic_init_u64(&outage_shared->epoch, 1);
@@ -140,8 +126,9 @@ shmem_startup(void)
 			SpinLockInit(&outage_shared->slots[i].mutex);
 		}
 	}
-	LWLockRelease(AddinShmemInitLock);
 }
+
+static const ShmemPart shmem_part = {"slidewin outage", shared_size, NULL, shmem_attach};
 
 /*
  * COMMIT PREPARED makes a prepared transaction's fallback admissions
@@ -182,12 +169,7 @@ outage_init(void)
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = outage_process_utility;
 	RegisterXactCallback(outage_xact_callback, NULL);
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = shmem_startup;
+	slidewin_shmem_register(&shmem_part);
 }
 
 /* rl_attempt's algorithms; rl_attempt_multi's log is not covered. */

@@ -51,6 +51,7 @@
 #include "outage_log.h"
 #include "redis_conn.h"
 #include "settings.h"
+#include "shmem_parts.h"
 
 typedef struct OutageLogState
 {
@@ -63,9 +64,6 @@ static OutageLogState *shared = NULL;
 static OutageLogState local;
 static bool local_ready = false;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
 static void
 state_init(OutageLogState *s)
 {
@@ -75,37 +73,26 @@ state_init(OutageLogState *s)
 		pg_atomic_init_u64(&s->answers[i], 0);
 }
 
-static void
-shmem_request(void)
+static Size
+shmem_size(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(OutageLogState)));
+	return sizeof(OutageLogState);
 }
 
 static void
-shmem_startup(void)
+shmem_attach(void *p, bool found)
 {
-	bool		found;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("slidewin outage log", sizeof(OutageLogState), &found);
+	shared = p;
 	if (!found)
 		state_init(shared);
-	LWLockRelease(AddinShmemInitLock);
 }
+
+static const ShmemPart shmem_part = {"slidewin outage log", shmem_size, NULL, shmem_attach};
 
 void
 outage_log_init(void)
 {
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = shmem_startup;
+	slidewin_shmem_register(&shmem_part);
 }
 
 /* The server's state; this backend's own when the library was not preloaded. */

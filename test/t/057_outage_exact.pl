@@ -250,8 +250,17 @@ my $stats_sql = q{SELECT outage_seeded_units, outage_carried, outage_carry_pendi
 # 3. Two servers, one hot key.
 # ---------------------------------------------------------------------
 {
-	my $t0 = time;
 	my @b = (bench($node1, 3, 20, 4), bench($node2, 3, 20, 4));
+	# Three keys fill at once, and stay full for a window after the first
+	# admissions: the outage must outlast that window for the fallback
+	# stores to have anything to admit. So the times count from the run's
+	# first admission on both servers, not from pgbench's start, which a
+	# loaded machine delayed by over a second once (0 fallback admissions).
+	SlidewinTest::wait_for('run 3: an admission on each server', sub {
+		my @n = map { $_->safe_psql('postgres', 'SELECT count(*) FROM calls WHERE run = 3') } ($node1, $node2);
+		return $n[0] > 0 && $n[1] > 0;
+	}, 30);
+	my $t0 = time;
 	my $down = sleep_until($t0, $down_at);
 	$redis->freeze;
 	my $up = sleep_until($t0, $up_at);
