@@ -235,6 +235,17 @@ elif [[ -n $run_label ]]; then
 	unit_tests=()
 	lint_tests=()
 fi
+if [[ $run_label == valkey ]]; then
+	# The Valkey pass tests slidewin against another server. A TAP file that
+	# starts none (it talks to a fake server, test/perl/FakeRedis.pm, only)
+	# would run exactly as in the main pass, so it is left out; it says so
+	# with the line "# slidewin: starts no Redis server", and
+	# test/perl/SlidewinTest.pm refuses to start a server (Redis, Valkey,
+	# sentinel) from a file that says so.
+	mapfile -t tap_tests < <(for t in "${tap_tests[@]}"; do
+		grep -qx '# slidewin: starts no Redis server' "$repo/test/t/$t.pl" || echo "$t"
+	done)
+fi
 if [[ -n ${SLIDEWIN_ONLY:-} ]]; then
 	mapfile -t regress_tests < <(printf '%s\n' "${regress_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
 	mapfile -t isolation_tests < <(printf '%s\n' "${isolation_tests[@]}" | grep -E -- "$SLIDEWIN_ONLY")
