@@ -7,6 +7,9 @@
 # backend survives.  A well-formed reply from the same server is believed,
 # so the cases below fail for the reason they name, not because nothing
 # works.  MISCONF ("cannot persist") is a "not now" reply like OOM.
+#
+# It talks to the fake server only: the Valkey pass leaves it out.
+# slidewin: starts no Redis server
 use strict;
 use warnings;
 

@@ -8,6 +8,9 @@
 #    refused with a message that says so, never believed;
 #  - CLUSTERDOWN: "not now", the policy applies;
 #  - TRYAGAIN forever: waited out only until the call's deadline.
+#
+# It talks to the fake server only: the Valkey pass leaves it out.
+# slidewin: starts no Redis server
 use strict;
 use warnings;
 
