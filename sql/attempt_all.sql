@@ -3,7 +3,7 @@
 SET slidewin.key_prefix = 'regress:all:';
 SET TimeZone = 'UTC';
 SET slidewin.redis_retry_interval = 0;
-SELECT count(rl_reset(k)) FROM unnest(ARRAY['ip', 'api', 'day', 'x', 'y', 'z']) k;
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['ip', 'api', 'day', 'x', 'y', 'z', 'p', 'q']) k;
 SET slidewin.test_now = '2030-01-01 00:00:00+00';
 
 -- All admitted: each key charged its own cost. The result is the key with
@@ -60,6 +60,14 @@ SELECT allowed, remaining, lim FROM rl_attempt_all(ARRAY['x', 'y'], ARRAY[1, 1],
 SELECT allowed, remaining, lim FROM rl_attempt_all(ARRAY['x', 'y'], ARRAY[1, 1],
                                                    ARRAY['1 hour', '1 hour']::interval[]);
 RESET slidewin.enforce;
+-- x is full now, and api has no room for 5: two keys deny, the first decides
+SELECT allowed, lim, win FROM rl_attempt_all(ARRAY['ip', 'x', 'api'], ARRAY[10, 1, 5],
+                                             ARRAY['1 minute', '1 hour', '1 minute']::interval[],
+                                             ARRAY[1, 1, 5]);
+-- all admitted with equal room left: the first of them decides
+SELECT allowed, remaining, lim FROM rl_attempt_all(ARRAY['p', 'q'], ARRAY[3, 5],
+                                                   ARRAY['1 minute', '1 minute']::interval[],
+                                                   ARRAY[1, 3]);
 
 -- Bad input: 22023, or 22004 for NULLs, naming the argument.
 \set VERBOSITY sqlstate
