@@ -1,6 +1,8 @@
 -- rl_attempt_all and its companions (1.12): several keys, each with its own
 -- limit, window and cost, all admitted or none charged, in one Redis script.
-SET slidewin.key_prefix = 'regress:all:';
+-- The prefix holds a hash tag, so that under Redis Cluster (the cluster
+-- pass of test/run_all.sh) every key is in one slot and one script.
+SET slidewin.key_prefix = 'regress:{all}:';
 SET TimeZone = 'UTC';
 SET slidewin.redis_retry_interval = 0;
 SELECT count(rl_reset(k)) FROM unnest(ARRAY['ip', 'api', 'day', 'x', 'y', 'z', 'p', 'q']) k;
@@ -99,6 +101,23 @@ SELECT rl_attempt_all(ARRAY['a'], ARRAY[1], ARRAY['1 minute']::interval[], on_re
 -- not supported yet: 0A000
 SELECT rl_attempt_all(ARRAY['a'], ARRAY[1], ARRAY['1 minute']::interval[], algorithm => 'token_bucket');
 SELECT rl_attempt_all(ARRAY['a'], ARRAY[1], ARRAY['1 minute']::interval[], algorithm => 'leaky');
+-- Under Redis Cluster, keys in different hash slots (a prefix without a
+-- hash tag) are refused for now (0A000); on one server they are admitted.
+SET slidewin.key_prefix = 'regress:allslots:';
+DO $$
+DECLARE
+  cluster boolean := current_setting('slidewin.redis_url') LIKE 'redis%-cluster://%';
+  ok boolean;
+BEGIN
+  BEGIN
+    ok := rl_allow_all(ARRAY['s1', 's2', 's3'], ARRAY[100, 100, 100],
+                       ARRAY['1 second', '1 second', '1 second']::interval[]);
+    RAISE NOTICE 'as expected: %', CASE WHEN cluster THEN 'no' ELSE ok::text END;
+  EXCEPTION WHEN feature_not_supported THEN
+    RAISE NOTICE 'as expected: %', CASE WHEN cluster THEN (SQLERRM LIKE '%different hash slots%')::text ELSE 'false' END;
+  END;
+END $$;
+SET slidewin.key_prefix = 'regress:{all}:';
 -- none of them charged anything
 SELECT (rl_peek('a', 1, '1 minute')).remaining AS a, (rl_peek('b', 1, '1 minute')).remaining AS b;
 
@@ -119,7 +138,7 @@ SELECT rl_attempt_all(ARRAY['ip', 'api'], ARRAY[10, 5],
 SELECT rl_attempt_all(ARRAY['ip', 'api'], ARRAY[10, 5],
     ARRAY['1 minute', '1 minute']::interval[], on_redis_error => 'fallback');
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS fallback_rows FROM rl_fallback_log WHERE key LIKE 'regress:all:%';
+SELECT count(*) AS fallback_rows FROM rl_fallback_log WHERE key LIKE 'regress:{all}:%';
 SELECT set_config('slidewin.redis_url', current_setting('regress.redis_url'), false) IS NOT NULL AS back;
 -- nothing was charged while Redis was away
 SELECT k, (rl_peek(k, l, w)).remaining
