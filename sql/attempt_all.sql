@@ -55,6 +55,14 @@ SELECT (rl_enforce_all(ARRAY['ip', 'api'], ARRAY[10, 5], ARRAY['1 minute', '1 mi
 SELECT rl_headers(rl_attempt_all(ARRAY['ip', 'api'], ARRAY[10, 5],
                                  ARRAY['1 minute', '1 minute']::interval[]), 'all');
 
+-- refund_on_abort gives back every key's units when the transaction aborts.
+BEGIN;
+SELECT allowed FROM rl_attempt_all(ARRAY['p', 'q'], ARRAY[3, 5], ARRAY['1 minute', '1 minute']::interval[],
+                                   ARRAY[1, 2], refund_on_abort => true);
+SELECT (rl_peek('p', 3, '1 minute')).remaining AS p, (rl_peek('q', 5, '1 minute')).remaining AS q;
+ROLLBACK;
+SELECT (rl_peek('p', 3, '1 minute')).remaining AS p, (rl_peek('q', 5, '1 minute')).remaining AS q;
+
 -- Shadow mode: every key recorded, the call admitted, marked.
 SET slidewin.enforce = off;
 SELECT allowed, remaining, lim FROM rl_attempt_all(ARRAY['x', 'y'], ARRAY[1, 1],
