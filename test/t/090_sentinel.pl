@@ -64,7 +64,7 @@ is($out, 't|redis|2', 'rl_attempt_all through the sentinels: answered by Redis, 
 ($out, $err) = run_sql(q{SELECT rl_allow_all(ARRAY['s:all1', 's:all2'],
 	ARRAY[3, 2], ARRAY['1 hour', '1 hour']::interval[], on_redis_error => 'error')});
 is($out, 'f', 'rl_attempt_all through the sentinels: s:all2 full, denied');
-is(join(',', map { $master->cli('zcard', "slidewin:log:s:$_") } qw(all1 all2)), '1,1',
+is(join(",", map { scalar $master->cli("zcard", "slidewin:log:s:$_") } qw(all1 all2)), "1,1",
 	'rl_attempt_all through the sentinels: one entry per key on the master, none for the denial');
 
 # rl_check: a row per sentinel, then the master they name.
