@@ -151,4 +151,18 @@ SELECT set_config('slidewin.redis_url', current_setting('regress.redis_url'), fa
 -- nothing was charged while Redis was away
 SELECT k, (rl_peek(k, l, w)).remaining
   FROM unnest(ARRAY['ip', 'api'], ARRAY[10, 5], ARRAY['1 minute', '1 minute']::interval[]) AS t(k, l, w);
+
+-- What the fallback store admitted of a key during an outage counts when
+-- Redis decides a call over several keys: rl_attempt admits 3 of 'car'
+-- (lim 4) in the fallback store, and once Redis is back a call needing 2
+-- of 'car' is denied, charging nothing, and one needing 1 is admitted.
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['car', 'other']) k;
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SELECT allowed, store FROM rl_attempt('car', 4, '1 hour', 3, on_redis_error => 'fallback');
+SELECT set_config('slidewin.redis_url', current_setting('regress.redis_url'), false) IS NOT NULL AS back;
+SELECT key, allowed FROM rl_attempt_all_rows(ARRAY['other', 'car'], ARRAY[10, 4],
+    ARRAY['1 hour', '1 hour']::interval[], ARRAY[1, 2]);
+SELECT key, allowed, remaining FROM rl_attempt_all_rows(ARRAY['other', 'car'], ARRAY[10, 4],
+    ARRAY['1 hour', '1 hour']::interval[], ARRAY[1, 1]);
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['car', 'other']) k;
 RESET slidewin.test_now;

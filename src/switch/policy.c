@@ -261,7 +261,19 @@ policy_run_all(int policy, int n, const RlArgs *args, RlOutcome *o)
 
 	if (policy_redis_may_be_tried(&r))
 	{
-		if (redis_store_attempt_all(n, args, o, &r))
+		bool		carried = true;
+
+		/*
+		 * What the fallback store admitted of any of the keys during an
+		 * outage reaches Redis before Redis decides (carry.c), as for
+		 * rl_attempt: else Redis would decide without those units.
+		 */
+		for (int i = 0; i < n && carried; i++)
+		{
+			carried = outage_carry(&args[i], &r);
+			outage_carry_end();
+		}
+		if (carried && redis_store_attempt_all(n, args, o, &r))
 		{
 			outage_log_answered();
 			after_redis_success();
