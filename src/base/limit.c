@@ -40,16 +40,22 @@ check_not_null(FunctionCallInfo fcinfo, int argno)
 void
 limit_set_key(const char *key, int keylen, RlArgs *args)
 {
+	limit_set_key_named(key, keylen, "key", args);
+}
+
+void
+limit_set_key_named(const char *key, int keylen, const char *argname, RlArgs *args)
+{
 	args->key = key;
 	args->keylen = keylen;
 	if (keylen == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"key\" must not be empty")));
+				 errmsg("argument \"%s\" must not be empty", argname)));
 	if (keylen > RL_MAX_KEY_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"key\" must be at most %d bytes", RL_MAX_KEY_BYTES),
+				 errmsg("argument \"%s\" must be at most %d bytes", argname, RL_MAX_KEY_BYTES),
 				 errdetail("The key is %d bytes long.", keylen)));
 }
 
@@ -98,15 +104,21 @@ limit_set_win(const Interval *win, const char *argname, RlArgs *args)
 void
 limit_set_cost(int64 cost, RlArgs *args)
 {
+	limit_set_cost_named(cost, "cost", "lim", args);
+}
+
+void
+limit_set_cost_named(int64 cost, const char *argname, const char *limname, RlArgs *args)
+{
 	if (cost < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"cost\" must be at least 1")));
+				 errmsg("argument \"%s\" must be at least 1", argname)));
 	if (cost > args->lim)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"cost\" (" INT64_FORMAT ") exceeds \"lim\" (" INT64_FORMAT "), so the call can never be admitted",
-						cost, args->lim)));
+				 errmsg("argument \"%s\" (" INT64_FORMAT ") exceeds \"%s\" (" INT64_FORMAT "), so the call can never be admitted",
+						argname, cost, limname, args->lim)));
 	args->cost = cost;
 }
 

@@ -21,6 +21,8 @@
 #define RL_MAX_WINDOW_DAYS 3650
 
 #define RL_MAX_WINDOWS 8
+/* rl_attempt_all: the most keys one call may charge. */
+#define RL_MAX_KEYS 16
 /* The longest lease of a concurrency slot (rl_acquire). */
 #define RL_MAX_LEASE_US ((int64) USECS_PER_DAY)
 
@@ -87,6 +89,11 @@ extern void limit_set_key(const char *key, int keylen, RlArgs *args);
 extern void limit_set_lim(int64 lim, const char *argname, RlArgs *args);
 extern void limit_set_win(const Interval *win, const char *argname, RlArgs *args);
 extern void limit_set_cost(int64 cost, RlArgs *args);
+/* The same, naming the arguments ("keys[2]", "costs[2]" and "lims[2]"). */
+extern void limit_set_key_named(const char *key, int keylen, const char *argname,
+								RlArgs *args);
+extern void limit_set_cost_named(int64 cost, const char *argname, const char *limname,
+								 RlArgs *args);
 
 /* The algorithm named `name` (NULL: sliding_log); 22023 listing the names. */
 extern RlAlgorithm limit_algorithm(const char *name);

@@ -165,6 +165,52 @@ enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
 	stats_count_call(args, o, charge_call(args, policy, refund, true, o));
 }
 
+int
+enforce_charge_all(int n, const RlArgs *args, int policy, bool refund, RlOutcome *o)
+{
+	RlArgs		a[RL_MAX_KEYS];
+	int			decider = -1;
+	bool		force = !slidewin_enforce;
+	StatsSource source;
+
+	if (n < 1 || n > RL_MAX_KEYS)
+		elog(ERROR, "rl_attempt_all called with %d keys", n);
+	for (int k = 0; k < n; k++)
+	{
+		a[k] = args[k];
+		a[k].force = force;
+		limit_outcome_judged(&args[k], &o[k]);
+	}
+	policy_run_all(policy, n, a, o);
+	source = o[0].store[0] == 'r' ? STATS_REDIS : STATS_POLICY;
+
+	for (int k = 0; k < n && decider < 0; k++)
+		if (!o[k].allowed && (o[k].retry_us > 0 || o[k].blocked || !o[k].known))
+			decider = k;
+	if (decider < 0)
+	{
+		decider = 0;
+		for (int k = 1; k < n; k++)
+			if (o[k].known && o[k].remaining < o[decider].remaining)
+				decider = k;
+	}
+	if (!o[decider].allowed)
+		log_denial(&args[decider], &o[decider], force);
+	for (int k = 0; k < n; k++)
+	{
+		if (!o[k].allowed && force)
+		{
+			o[k].allowed = true;
+			o[k].shadowed = true;
+			o[k].remaining = 0;
+		}
+		if (refund && o[k].recorded_ts >= 0)
+			refund_remember(&args[k], o[k].recorded_ts);
+		stats_count_call(&args[k], &o[k], source);
+	}
+	return decider;
+}
+
 /*
  * The denial error, in slidewin.error_style. Its message, detail and hint
  * may reach an HTTP client (PostgREST passes them on), so they name the key

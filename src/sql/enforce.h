@@ -21,6 +21,15 @@
 extern void enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o);
 
 /*
+ * rl_attempt_all: the n keys of args charged all or none (policy_run_all),
+ * with shadow mode and refunds as enforce_charge has them, each key's
+ * outcome in o[k]. Returns the key that decided: the first that denied,
+ * else the one with the least room left (the first of equals).
+ */
+extern int	enforce_charge_all(int n, const RlArgs *args, int policy, bool refund,
+							   RlOutcome *o);
+
+/*
  * Raise SQLSTATE RL429 (or PGRST, under error_style postgrest). The text
  * names the key only under slidewin.error_show_key.
  */

@@ -32,12 +32,48 @@ interval_of_us(int64 us)
  * next_at in 1.11; a database not yet updated has the columns of before,
  * and gets those.
  */
+void
+result_fill(int natts, const RlArgs *args, const RlOutcome *o, Datum *values, bool *nulls)
+{
+	static const bool defaults[RESULT_MAX_COLUMNS] =
+	{false, false, false, false, false, false, false, true, true};
+
+	if (natts != 5 && natts != 7 && natts != 8 && natts != 9)
+		elog(ERROR, "rl_result has %d columns, not 5, 7, 8 or 9", natts);
+	memcpy(nulls, defaults, sizeof(defaults[0]) * natts);
+	values[0] = BoolGetDatum(o->allowed);
+	values[1] = Int64GetDatum(o->remaining);
+	nulls[1] = nulls[3] = !o->known;
+	values[2] = IntervalPGetDatum(interval_of_us(o->retry_us));
+	values[3] = TimestampTzGetDatum(o->reset_at_us - UNIX_TO_PG_US);
+	values[4] = CStringGetTextDatum(o->store);
+	if (natts >= 7)
+	{
+		nulls[5] = nulls[6] = o->lim < 0;
+		values[5] = Int64GetDatum(o->lim);
+		values[6] = IntervalPGetDatum(interval_of_us(o->win_us));
+	}
+	if (natts >= 8)
+	{
+		char	   *ticket = ticket_make(args, o);
+
+		nulls[7] = ticket == NULL;
+		if (ticket)
+			values[7] = CStringGetTextDatum(ticket);
+	}
+	if (natts >= 9)
+	{
+		nulls[8] = !o->known || o->next_us < 0;
+		values[8] = TimestampTzGetDatum(o->next_us - UNIX_TO_PG_US);
+	}
+}
+
 Datum
 result_datum(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o)
 {
 	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
-	Datum		values[9];
-	bool		nulls[9] = {false, false, false, false, false, false, false, true, true};
+	Datum		values[RESULT_MAX_COLUMNS];
+	bool		nulls[RESULT_MAX_COLUMNS];
 
 	/* The row type is looked up once per call site, not once per call. */
 	if (tupdesc == NULL)
@@ -50,39 +86,7 @@ result_datum(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o)
 		fcinfo->flinfo->fn_extra = tupdesc;
 		MemoryContextSwitchTo(old);
 	}
-
-	values[0] = BoolGetDatum(o->allowed);
-	values[1] = Int64GetDatum(o->remaining);
-	nulls[1] = nulls[3] = !o->known;
-	values[2] = IntervalPGetDatum(interval_of_us(o->retry_us));
-	values[3] = TimestampTzGetDatum(o->reset_at_us - UNIX_TO_PG_US);
-	values[4] = CStringGetTextDatum(o->store);
-	if (tupdesc->natts >= 7)
-	{
-		nulls[5] = nulls[6] = o->lim < 0;
-		values[5] = Int64GetDatum(o->lim);
-		values[6] = IntervalPGetDatum(interval_of_us(o->win_us));
-	}
-	else if (tupdesc->natts != 5)
-		elog(ERROR, "rl_result has %d columns, not 5, 7, 8 or 9", tupdesc->natts);
-	if (tupdesc->natts >= 8)
-	{
-		char	   *ticket = ticket_make(args, o);
-
-		nulls[7] = ticket == NULL;
-		if (ticket)
-			values[7] = CStringGetTextDatum(ticket);
-	}
-	else if (tupdesc->natts != 5 && tupdesc->natts != 7)
-		elog(ERROR, "rl_result has %d columns, not 5, 7, 8 or 9", tupdesc->natts);
-	if (tupdesc->natts >= 9)
-	{
-		nulls[8] = !o->known || o->next_us < 0;
-		values[8] = TimestampTzGetDatum(o->next_us - UNIX_TO_PG_US);
-	}
-	if (tupdesc->natts > 9)
-		elog(ERROR, "rl_result has %d columns, not 5, 7, 8 or 9", tupdesc->natts);
-
+	result_fill(tupdesc->natts, args, o, values, nulls);
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 

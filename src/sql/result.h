@@ -13,6 +13,15 @@
  * The rl_result row of a decided call, in the columns the database's
  * rl_result type has (5, 7 or 8: it grew in 1.6 and 1.7).
  */
+#define RESULT_MAX_COLUMNS 9
+
+/*
+ * The same columns into values and nulls: the first natts of rl_result's
+ * (5, 7, 8 or 9), for a row that holds them after columns of its own.
+ */
+extern void result_fill(int natts, const RlArgs *args, const RlOutcome *o,
+						Datum *values, bool *nulls);
+
 extern Datum result_datum(FunctionCallInfo fcinfo, const RlArgs *args,
 						  const RlOutcome *o);
 

@@ -244,3 +244,67 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 			policy_unavailable_error(&r);
 	}
 }
+
+/*
+ * rl_attempt_all. Redis decides every key in one script, or no key is
+ * decided by it: the failure policy then answers for the whole call. The
+ * fallback store cannot keep the all-or-nothing rule over several keys
+ * yet, and a call must never be admitted by a store that cannot keep it,
+ * so that policy raises instead. Known denials (the deny cache), the
+ * outage memory and carrying back are rl_attempt's alone so far: an
+ * answer here is not kept for a later fallback call of one of the keys.
+ */
+void
+policy_run_all(int policy, int n, const RlArgs *args, RlOutcome *o)
+{
+	RedisResult r;
+
+	if (policy_redis_may_be_tried(&r))
+	{
+		bool		carried = true;
+
+		/*
+		 * What the fallback store admitted of any of the keys during an
+		 * outage reaches Redis before Redis decides (carry.c), as for
+		 * rl_attempt: else Redis would decide without those units.
+		 */
+		for (int i = 0; i < n && carried; i++)
+		{
+			carried = outage_carry(&args[i], &r);
+			outage_carry_end();
+		}
+		if (carried && redis_store_attempt_all(n, args, o, &r))
+		{
+			outage_log_answered();
+			after_redis_success();
+			return;
+		}
+		policy_redis_failed(&r);
+	}
+	if (policy == POLICY_FALLBACK && RecoveryInProgress())
+		policy = slidewin_standby_fallback;
+	switch (policy)
+	{
+		case POLICY_ALLOW:
+			outage_log_answer(OUTAGE_ALLOW, &r);
+			for (int i = 0; i < n; i++)
+				policy_outcome(true, &o[i]);
+			break;
+		case POLICY_DENY:
+			outage_log_answer(OUTAGE_DENY, &r);
+			for (int i = 0; i < n; i++)
+				policy_outcome(false, &o[i]);
+			break;
+		case POLICY_FALLBACK:
+			outage_log_answer(OUTAGE_ERROR, &r);
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("the fallback store does not take several keys in one call yet"),
+					 errdetail_internal("%s", r.message),
+					 errhint("Pass on_redis_error => 'allow', 'deny' or 'error' to rl_attempt_all, or set slidewin.on_redis_error to one of them.")));
+			break;
+		default:
+			outage_log_answer(OUTAGE_ERROR, &r);
+			policy_unavailable_error(&r);
+	}
+}

@@ -22,6 +22,14 @@ extern void policy_run(int policy, const RlArgs *args, RlOutcome *o,
 					   RedisOp redis_op, FallbackOp fallback_op);
 
 /* The circuit breaker, for callers that talk to Redis outside policy_run. */
+/*
+ * rl_attempt_all: the n keys of args, all charged or none, by Redis, or when
+ * Redis cannot answer by the allow, deny or error policy, the same for every
+ * key. The fallback store does not take several keys yet: that policy is
+ * an ERROR (0A000) when it would be needed.
+ */
+extern void policy_run_all(int policy, int n, const RlArgs *args, RlOutcome *o);
+
 extern bool policy_redis_may_be_tried(RedisResult *r);
 extern void policy_redis_failed(const RedisResult *r);
 extern void policy_unavailable_error(const RedisResult *r);

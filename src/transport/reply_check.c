@@ -376,6 +376,83 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 	return check_fields(&ck);
 }
 
+/*
+ * rl_attempt_all's reply: 8 integers per key (log_all.lua). Each key's
+ * fields pass the checks of a sliding-log attempt; a key that had room but
+ * was not charged (3) passes those of a peek, with room for its cost. And
+ * the keys agree: unless forced, every key is recorded (1) or none is,
+ * and a call not recorded has a key that denies it (0 or 2).
+ */
+bool
+reply_check_all(const redisReply *rep, int n, const ReplyCall *calls,
+				int64_t (*v)[RF_COUNT], char *why, size_t whysize)
+{
+	static const int fields[8] = {RF_ALLOWED, RF_REMAINING, RF_RETRY, RF_RESET,
+	RF_USED, RF_RECORDED, RF_STABLE, RF_NEXT};
+	int			admitted = 0,
+				deciders = 0;
+	bool		force = n > 0 && calls[0].force;
+
+	if (rep->type != REDIS_REPLY_ARRAY)
+		return refuse(why, whysize, "The rl_attempt_all reply is %s, not an array of %d integers.",
+					  reply_type_name(rep), 8 * n);
+	if (rep->elements != (size_t) (8 * n))
+		return refuse(why, whysize, "The rl_attempt_all reply has %zu elements, not %d (8 for each of %d keys).",
+					  rep->elements, 8 * n, n);
+	for (int k = 0; k < n; k++)
+	{
+		ReplyCall	c = calls[k];
+		OutcomeCheck ck;
+		bool		spare;
+
+		v[k][RF_WINDOW] = 0;
+		for (int i = 0; i < 8; i++)
+		{
+			const redisReply *e = rep->element[8 * k + i];
+
+			if (e->type != REDIS_REPLY_INTEGER)
+				return refuse(why, whysize, "Field \"%s\" of key %d of the rl_attempt_all reply is %s, not an integer.",
+							  field_names[fields[i]], k + 1, reply_type_name(e));
+			v[k][fields[i]] = e->integer;
+		}
+		if (v[k][RF_ALLOWED] < 0 || v[k][RF_ALLOWED] > 3 || (force && v[k][RF_ALLOWED] == 3))
+			return refuse(why, whysize, "Field \"allowed\" of key %d of the rl_attempt_all reply is %" PRId64 ", but it must be 0, 1 or 2, or 3 when not forced.",
+						  k + 1, v[k][RF_ALLOWED]);
+		spare = v[k][RF_ALLOWED] == 3;
+		admitted += v[k][RF_ALLOWED] == 1;
+		deciders += v[k][RF_ALLOWED] == 0 || v[k][RF_ALLOWED] == 2;
+		c.algorithm = ALGO_SLIDING_LOG;
+		c.algorithm_name = "rl_attempt_all";
+		c.peek = spare;
+		if (spare)
+		{
+			v[k][RF_ALLOWED] = 1;
+			if (v[k][RF_USED] > c.lim - c.cost)
+				return refuse(why, whysize, "Field \"used\" of key %d of the rl_attempt_all reply is %" PRId64 ", but a key said to have room for %" PRId64 " units within %" PRId64 " must have used at most the difference.",
+							  k + 1, v[k][RF_USED], c.cost, c.lim);
+			if (v[k][RF_STABLE] != 0)
+				return refuse(why, whysize, "Field \"stable_us\" of key %d of the rl_attempt_all reply is %" PRId64 ", but it must be 0 for a key that had room.",
+							  k + 1, v[k][RF_STABLE]);
+		}
+		ck.call = &c;
+		ck.kind = "attempt";
+		ck.v = v[k];
+		ck.ok = true;
+		ck.why = why;
+		ck.whysize = whysize;
+		if (!check_fields(&ck))
+			return false;
+		if (spare)
+			v[k][RF_ALLOWED] = 3;
+	}
+	if (!force && admitted != 0 && admitted != n)
+		return refuse(why, whysize, "The rl_attempt_all reply admits %d of %d keys, but it must admit all of them or none.",
+					  admitted, n);
+	if (!force && admitted == 0 && deciders == 0)
+		return refuse(why, whysize, "The rl_attempt_all reply admits no key, but no key denies.");
+	return true;
+}
+
 bool
 reply_check_block(const redisReply *rep, const ReplyBlockCall *call,
 				  int64_t *v, char *why, size_t whysize)

@@ -56,6 +56,17 @@ my ($out, $err) = run_sql(q{SELECT (r).allowed, (r).store FROM rl_attempt('s:fir
 is($out, 't|redis', 'through the sentinels: answered by Redis');
 is($master->cli('exists', 'slidewin:log:s:first'), '1', 'the entry is on the master');
 
+# rl_attempt_all (1.12) takes the same path: one script on the master, every
+# key charged or none.
+($out, $err) = run_sql(q{SELECT (r).allowed, (r).store, (r).lim FROM rl_attempt_all(ARRAY['s:all1', 's:all2'],
+	ARRAY[3, 2], ARRAY['1 hour', '1 hour']::interval[], ARRAY[1, 2], on_redis_error => 'error') r});
+is($out, 't|redis|2', 'rl_attempt_all through the sentinels: answered by Redis, s:all2 decides');
+($out, $err) = run_sql(q{SELECT rl_allow_all(ARRAY['s:all1', 's:all2'],
+	ARRAY[3, 2], ARRAY['1 hour', '1 hour']::interval[], on_redis_error => 'error')});
+is($out, 'f', 'rl_attempt_all through the sentinels: s:all2 full, denied');
+is(join(",", map { scalar $master->cli("zcard", "slidewin:log:s:$_") } qw(all1 all2)), "1,1",
+	'rl_attempt_all through the sentinels: one entry per key on the master, none for the denial');
+
 # rl_check: a row per sentinel, then the master they name.
 ($out, $err) = run_sql(q{SELECT target, reachable, authenticated, role, server_version IS NOT NULL,
 	coalesce(last_error, '') FROM rl_check()});

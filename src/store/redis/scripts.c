@@ -94,6 +94,8 @@ static const char lua_log_refund[] = LUA_PRELUDE LUA_LOG_REFUND LUA_LOG_REFUND_B
 static const char lua_log_refund_imported[] = LUA_PRELUDE LUA_LOG_REFUND_IMPORTED LUA_LOG_REFUND_BODY;
 static const char lua_log_peek[] = LUA_PRELUDE LUA_LOG_PEEK;
 static const char lua_log_multi[] = LUA_PRELUDE LUA_LOG_MULTI;
+/* rl_attempt_all: several keys, all or nothing. */
+static const char lua_log_all[] = LUA_PRELUDE LUA_LOG_ALL;
 
 /*
  * The counting algorithms: one head that reads the arguments, and the
@@ -147,6 +149,7 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_BLOCK] = {lua_block},
 	[SCRIPT_LOG_IMPORT] = {lua_log_import},
 	[SCRIPT_COUNTER_IMPORT] = {lua_counter_import},
+	[SCRIPT_LOG_ALL] = {lua_log_all, LUA_LOG_ALL, "log_all"},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */
@@ -196,9 +199,18 @@ add_keys_args(const char **argv, size_t *lens, int n, int nkeys,
 			  const char **args)
 {
 	static const char *const numkeys[] = {"0", "1", "2", "3", "4"};
+	/* more than 4 keys only from rl_attempt_all, never in transaction abort */
+	static char manykeys[4];
 
-	argv[n] = numkeys[nkeys];
-	lens[n++] = 1;
+	if (nkeys <= 4)
+		argv[n] = numkeys[nkeys];
+	else
+	{
+		snprintf(manykeys, sizeof(manykeys), "%d", nkeys);
+		argv[n] = manykeys;
+	}
+	lens[n] = strlen(argv[n]);
+	n++;
 	for (int i = 0; i < nkeys; i++)
 	{
 		argv[n] = keys[i];
@@ -220,7 +232,7 @@ script_command(ScriptId id, bool eval, int nkeys, const char **keys,
 	Script	   *s = &scripts[id];
 	int			n = 0;
 
-	Assert(nkeys >= 1 && nkeys <= 4 && nargs <= MAX_SCRIPT_ARGS);
+	Assert(nkeys >= 1 && nkeys <= MAX_SCRIPT_KEYS && nargs <= MAX_SCRIPT_ARGS);
 	Assert(eval || s->sha1[0] != '\0');
 	if (eval)
 	{

@@ -24,14 +24,21 @@ typedef enum ScriptId
 	SCRIPT_BLOCK,
 	SCRIPT_LOG_IMPORT,
 	SCRIPT_COUNTER_IMPORT,
+	SCRIPT_LOG_ALL,
 	NUM_SCRIPTS
 } ScriptId;
 
 /* slidewin.redis_functions: FCALL where the server has functions */
 
-#define MAX_SCRIPT_ARGS 24
-/* Room for EVALSHA, the SHA1, numkeys, up to 4 keys and the arguments. */
-#define SCRIPT_MAX_ARGV (MAX_SCRIPT_ARGS + 7)
+/*
+ * rl_attempt_all names three keys and passes three arguments for each of
+ * up to RL_MAX_KEYS (16) user keys, and three more: 48 keys, 51 arguments.
+ * Every other script names at most 4 keys.
+ */
+#define MAX_SCRIPT_KEYS 48
+#define MAX_SCRIPT_ARGS 51
+/* Room for EVALSHA, the SHA1, numkeys, the keys and the arguments. */
+#define SCRIPT_MAX_ARGV (MAX_SCRIPT_ARGS + MAX_SCRIPT_KEYS + 3)
 
 /*
  * Run script `id` with `nkeys` keys and `nargs` arguments. The scripts that

@@ -20,6 +20,13 @@
 extern bool redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *failure);
 extern bool redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *failure);
 extern bool redis_store_reset(const RlArgs *args, RedisResult *failure);
+/*
+ * rl_attempt_all: the n keys of args (1..RL_MAX_KEYS, sliding_log, distinct),
+ * all charged or none, in one script call; o[k] is key k's outcome. Under
+ * Redis Cluster, keys in different hash slots are an ERROR (0A000).
+ */
+extern bool redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o,
+									RedisResult *failure);
 
 /*
  * rl_block: block the key for duration_us from now (or keep a block that

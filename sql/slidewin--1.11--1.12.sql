@@ -1,0 +1,53 @@
+/* slidewin 1.11 -> 1.12 */
+\echo Use "ALTER EXTENSION slidewin UPDATE TO '1.12'" to load this file. \quit
+
+-- Several keys, all or nothing (issue 38, first part): one call admits
+-- every key, each against its own limit, window and cost, or charges none.
+-- The arguments after the arrays are rl_attempt's. At most 16 keys, each
+-- once; the sliding log only, so far; Redis (one server or Sentinel) decides
+-- in one script; the fallback store does not take several keys yet.
+CREATE FUNCTION rl_attempt_all(keys text[], lims bigint[], wins interval[],
+                               costs bigint[] DEFAULT NULL,
+                               on_redis_error text DEFAULT NULL,
+                               refund_on_abort boolean DEFAULT NULL,
+                               algorithm text DEFAULT 'sliding_log')
+RETURNS rl_result
+AS 'MODULE_PATHNAME', 'slidewin_attempt_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_attempt_all(text[], bigint[], interval[], bigint[], text, boolean, text) IS
+'Admit costs[i] units for every keys[i] if each last wins[i] holds at most lims[i] - costs[i] units, or charge none (costs NULL: 1 each). Returns the rl_result of the key that decided: the first that denied, else the one with the least room. At most 16 keys, each once; sliding_log only; Redis decides in one script, and the fallback store does not take several keys yet.';
+
+CREATE FUNCTION rl_allow_all(keys text[], lims bigint[], wins interval[],
+                             costs bigint[] DEFAULT NULL,
+                             on_redis_error text DEFAULT NULL,
+                             refund_on_abort boolean DEFAULT NULL,
+                             algorithm text DEFAULT 'sliding_log')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'slidewin_allow_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_allow_all(text[], bigint[], interval[], bigint[], text, boolean, text) IS
+'Same as rl_attempt_all, returning only whether the call was admitted.';
+
+CREATE FUNCTION rl_enforce_all(keys text[], lims bigint[], wins interval[],
+                               costs bigint[] DEFAULT NULL,
+                               on_redis_error text DEFAULT NULL,
+                               refund_on_abort boolean DEFAULT NULL,
+                               algorithm text DEFAULT 'sliding_log')
+RETURNS rl_result
+AS 'MODULE_PATHNAME', 'slidewin_enforce_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_enforce_all(text[], bigint[], interval[], bigint[], text, boolean, text) IS
+'Same as rl_attempt_all, but a denial raises RL429 as rl_enforce does, describing the key that decided.';
+
+CREATE FUNCTION rl_attempt_all_rows(keys text[], lims bigint[], wins interval[],
+                                    costs bigint[] DEFAULT NULL,
+                                    on_redis_error text DEFAULT NULL,
+                                    refund_on_abort boolean DEFAULT NULL,
+                                    algorithm text DEFAULT 'sliding_log')
+RETURNS TABLE (key text, allowed boolean, remaining bigint, retry_after interval,
+               reset_at timestamptz, store text, lim bigint, win interval,
+               ticket text, next_at timestamptz)
+AS 'MODULE_PATHNAME', 'slidewin_attempt_all_rows'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 4;
+COMMENT ON FUNCTION rl_attempt_all_rows(text[], bigint[], interval[], bigint[], text, boolean, text) IS
+'Same as rl_attempt_all, returning one row per key in the order given: the key and its rl_result. On a denial, a key that had room but was not charged has allowed false and retry_after zero.';

@@ -1,0 +1,143 @@
+/*-------------------------------------------------------------------------
+ *
+ * store_redis_all.c
+ *		rl_attempt_all in the Redis store: several user keys, each with its
+ *		own limit, checked and charged by one script call (log_all.lua), so
+ *		that every key is charged or none is.
+ *
+ * One script sees every key, so the all-or-nothing rule needs no lock and
+ * no second step on one Redis, or under Sentinel (the same connection).
+ * Under Redis Cluster a script may only name keys of one hash slot: keys in
+ * different slots are refused (0A000) until reserve and confirm exist.
+ *
+ * Like the rest of the store, this file knows nothing of failure policy.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "cluster_slots.h"
+#include "store_redis.h"
+#include "store_redis_int.h"
+
+/*
+ * Under Cluster, refuse keys whose Redis keys lie in different hash slots:
+ * one script could not name them all.
+ */
+static void
+check_one_slot(int nkeys, const StringInfoData *keys)
+{
+	int			slot;
+
+	if (!redis_target_is_cluster())
+		return;
+	slot = cluster_key_slot(keys[0].data, keys[0].len);
+	for (int i = 1; i < nkeys; i++)
+		if (cluster_key_slot(keys[i].data, keys[i].len) != slot)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("rl_attempt_all does not support keys in different hash slots of a Redis Cluster yet"),
+					 errdetail("Under Redis Cluster each user key is stored in a hash slot of its own, and one script can only name keys of one slot."),
+					 errhint("Use one rl_attempt per key, or one Redis server or Sentinel for rl_attempt_all.")));
+}
+
+/*
+ * Turn the reply in r into o[0..n-1], or refuse it (reply_check_all). o[k]
+ * of a key that had room but was not charged (allowed 3 in the reply) is a
+ * denial that asks no wait of its own: allowed false, retry 0. Frees the
+ * reply.
+ */
+static bool
+read_outcomes(RedisResult *r, int n, const RlArgs *args, RlOutcome *o)
+{
+	ReplyCall	calls[RL_MAX_KEYS];
+	int64		v[RL_MAX_KEYS][RF_COUNT];
+	char		why[sizeof(r->message)];
+	int64		clock_us;
+	bool		clock_set = limit_test_clock(&clock_us);
+
+	for (int k = 0; k < n; k++)
+	{
+		memset(&calls[k], 0, sizeof(ReplyCall));
+		calls[k].algorithm = ALGO_SLIDING_LOG;
+		calls[k].algorithm_name = "rl_attempt_all";
+		calls[k].lim = args[k].lim;
+		calls[k].win_us = args[k].win_us;
+		calls[k].cost = args[k].cost;
+		calls[k].force = args[k].force;
+		calls[k].clock_set = clock_set;
+		calls[k].clock_us = clock_us;
+	}
+	if (!reply_check_all(r->reply, n, calls, v, why, sizeof(why)))
+		return redis_store_refuse(r, "%s", why);
+	freeReplyObject(r->reply);
+	r->reply = NULL;
+
+	for (int k = 0; k < n; k++)
+	{
+		o[k].allowed = (v[k][RF_ALLOWED] == 1);
+		o[k].blocked = (v[k][RF_ALLOWED] == 2);
+		o[k].remaining = v[k][RF_REMAINING];
+		o[k].retry_us = v[k][RF_RETRY];
+		o[k].reset_at_us = v[k][RF_RESET];
+		o[k].used = v[k][RF_USED];
+		o[k].recorded_ts = v[k][RF_RECORDED];
+		o[k].entry_ts = v[k][RF_RECORDED];
+		o[k].stable_us = v[k][RF_STABLE];
+		o[k].next_us = v[k][RF_NEXT];
+		o[k].shadowed = false;
+		o[k].store = "redis";
+		o[k].known = true;
+	}
+	return true;
+}
+
+bool
+redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o, RedisResult *r)
+{
+	StringInfoData keys[3 * RL_MAX_KEYS];
+	const char *k[3 * RL_MAX_KEYS];
+	size_t		klens[3 * RL_MAX_KEYS];
+	char		nums[3 * RL_MAX_KEYS + 1][24];
+	char		now[24];
+	char		flags[4];
+	const char *argv[3 * RL_MAX_KEYS + 3];
+	int			nargs = 0;
+	const char *tag = redis_store_tags[ALGO_SLIDING_LOG];
+
+	Assert(n >= 1 && n <= RL_MAX_KEYS);
+	for (int i = 0; i < n; i++)
+	{
+		Assert(args[i].algorithm == ALGO_SLIDING_LOG);
+		redis_store_key(&keys[3 * i], tag, &args[i]);
+		redis_store_ledger_key(&keys[3 * i + 1], tag, &args[i]);
+		redis_store_block_key(&keys[3 * i + 2], &args[i]);
+	}
+	check_one_slot(3 * n, keys);
+	for (int i = 0; i < 3 * n; i++)
+	{
+		k[i] = keys[i].data;
+		klens[i] = keys[i].len;
+	}
+	snprintf(nums[0], 24, "%d", n);
+	argv[nargs++] = nums[0];
+	for (int i = 0; i < n; i++)
+		snprintf(nums[1 + i], 24, INT64_FORMAT, args[i].lim);
+	for (int i = 0; i < n; i++)
+		snprintf(nums[1 + n + i], 24, INT64_FORMAT, args[i].win_us);
+	for (int i = 0; i < n; i++)
+		snprintf(nums[1 + 2 * n + i], 24, INT64_FORMAT, args[i].cost);
+	for (int i = 0; i < 3 * n; i++)
+		argv[nargs++] = nums[1 + i];
+	snprintf(flags, sizeof(flags), "%s%s", args[0].force ? "f" : "",
+			 redis_target_is_cluster() ? "k" : "");
+	argv[nargs++] = flags;
+	argv[nargs++] = redis_store_clock_arg(now, sizeof(now));
+
+	script_run(SCRIPT_LOG_ALL, 3 * n, k, klens, nargs, argv, r);
+	for (int i = 0; i < 3 * n; i++)
+		pfree(keys[i].data);
+	if (!redis_store_settle(r))
+		return false;
+	return read_outcomes(r, n, args, o);
+}

@@ -1,0 +1,147 @@
+# rl_attempt_all under concurrency, on one Redis: 8 pgbench clients, each
+# call over 2 to 4 keys drawn from 6 overlapping ones, each key with its own
+# limit, each call with its own cost per key. Every call's rows are kept
+# (rl_attempt_all_rows), and afterwards, for every key:
+#   - a call's keys were all admitted or all denied;
+#   - the key's Redis log holds one entry per call admitted as a whole that
+#     named it, and its units are the sum of that key's costs over those
+#     calls (so a denied call charged nothing);
+#   - no window of the key's length holds more than its limit, from the
+#     admissions' own times and from the entries left in the Redis log.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use SlidewinTest;
+
+my $redis = SlidewinTest::start_redis();
+my $node  = SlidewinTest::new_node('all', $redis);
+
+$node->safe_psql('postgres', q{
+	CREATE TABLE keys (k text PRIMARY KEY, l bigint, phase text);
+	INSERT INTO keys SELECT p || i, 20 + 7 * i, CASE p WHEN 'k' THEN 'long' ELSE 'short' END
+	  FROM generate_series(1, 6) i, unnest(ARRAY['k', 's']) p;
+	CREATE SEQUENCE calls;
+	CREATE TABLE outcome (call bigint, phase text, k text, cost bigint, allowed boolean,
+	                      at timestamptz, win interval);
+});
+
+# One call: 2 to 4 distinct keys in random order, a cost of 1 to 3 each.
+sub script
+{
+	my ($phase, $win) = @_;
+	return qq{
+		\\set n random(2, 4)
+		WITH pick AS MATERIALIZED (
+		       SELECT k, l, (1 + floor(random() * 3))::bigint AS c
+		         FROM keys WHERE phase = '$phase' ORDER BY random() LIMIT :n),
+		     arr AS (SELECT array_agg(k ORDER BY k) ks, array_agg(l ORDER BY k) ls,
+		                    array_agg(c ORDER BY k) cs FROM pick),
+		     id AS (SELECT nextval('calls') AS call)
+		INSERT INTO outcome
+		SELECT id.call, '$phase', r.key, pick.c, r.allowed, r.reset_at - r.win, r.win
+		  FROM arr, id,
+		       rl_attempt_all_rows(arr.ks, arr.ls, array_fill('$win'::interval, ARRAY[:n]),
+		                           arr.cs, on_redis_error => 'error') r
+		  JOIN pick ON pick.k = r.key;
+	};
+}
+
+# Phase 1: a window of an hour, so that the Redis log keeps every entry.
+$node->pgbench('-n -c 8 -j 2 -t 150', 0, [qr{processed: 1200/1200}], [qr{^$}],
+	'8 clients x 150 calls over 2-4 of 6 keys, 1 hour windows',
+	{ '014_long' => script('long', '1 hour') });
+
+# Phase 2: other keys, a window of 2 s that many calls cross. Their logs
+# are read at once, before they expire (2 s after their newest entry).
+$node->pgbench('-n -c 8 -j 2 -T 5', 0, [qr{processed: [1-9]}], [qr{^$}],
+	'8 clients for 5 s over 2-4 of 6 keys, 2 s windows',
+	{ '014_short' => script('short', '2 seconds') });
+my %short_log = map { ($_ => [ redis_log($_, 1) ]) } map { "s$_" } 1 .. 6;
+
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM (SELECT call FROM outcome GROUP BY call
+	                      HAVING bool_or(allowed) <> bool_and(allowed)) s}),
+	'0', 'every call admitted all its keys or none');
+my ($admitted, $denied) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT count(*) FILTER (WHERE a), count(*) FILTER (WHERE NOT a)
+	  FROM (SELECT bool_and(allowed) a FROM outcome WHERE phase = 'long' GROUP BY call) s});
+cmp_ok($admitted, '>', 10, "phase 1: $admitted calls admitted");
+cmp_ok($denied, '>', 100, "phase 1: $denied calls denied (the keys filled up)");
+
+# The Redis log of a key: [score, units] per entry, the first entry's units
+# unknown when it is the base an earlier trim kept (undef).
+sub redis_log
+{
+	my ($k, $trimmed) = @_;
+	my @e = split /\n/, scalar $redis->cli('zrange', "slidewin:log:$k", '0', '-1', 'withscores');
+	my (@log, $prev);
+	for (my $i = 0; $i < @e; $i += 2)
+	{
+		my ($total, $score) = @e[ $i, $i + 1 ];
+		push @log, [ $score, defined $prev ? $total - $prev : ($trimmed ? undef : $total) ];
+		$prev = $total;
+	}
+	return @log;
+}
+
+foreach my $row (split /\n/, $node->safe_psql('postgres', "SELECT k, l FROM keys WHERE phase = 'long' ORDER BY k"))
+{
+	my ($k, $lim) = split /\|/, $row;
+
+	# phase 1: every admitted call is in the log, and nothing else
+	my ($n, $units) = split /\|/, $node->safe_psql('postgres', qq{
+		SELECT count(*), coalesce(sum(cost), 0) FROM outcome
+		 WHERE phase = 'long' AND k = '$k' AND allowed});
+	my @log = redis_log($k, 0);
+	is(scalar @log, $n, "$k: $n admitted calls, $n entries in the Redis log");
+	my $sum = 0;
+	$sum += $_->[1] for @log;
+	is($sum, $units, "$k: the log's units ($sum) are the admitted calls' costs ($units)");
+	cmp_ok($units, '<=', $lim, "$k: $units units within lim $lim in the hour");
+}
+
+# phase 2: no 2 s stretch of any key holds more than its limit
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM (
+	  SELECT a.k, (SELECT sum(b.cost) FROM outcome b
+	                WHERE b.phase = 'short' AND b.allowed AND b.k = a.k
+	                  AND b.at > a.at - interval '2 seconds' AND b.at <= a.at) AS w, keys.l
+	    FROM outcome a JOIN keys ON keys.k = a.k
+	   WHERE a.phase = 'short' AND a.allowed) s
+	 WHERE w > l}),
+	'0', 'phase 2: no 2 s window of any key holds more than its limit');
+my ($short_admitted) = $node->safe_psql('postgres', q{
+	SELECT count(DISTINCT call) FROM outcome WHERE phase = 'short' AND allowed});
+cmp_ok($short_admitted, '>', 50, "phase 2: $short_admitted calls admitted");
+
+# ... and what phase 2 left in each Redis log (its last window, after the
+# base an earlier trim kept) is made of admitted calls, each entry at its
+# admission's time with its cost, and holds at most the key's limit.
+my $unmatched = 0;
+my $entries   = 0;
+my $over = 0;
+foreach my $row (split /\n/, $node->safe_psql('postgres', "SELECT k, l FROM keys WHERE phase = 'short' ORDER BY k"))
+{
+	my ($k, $lim) = split /\|/, $row;
+	my $live = 0;
+	my %adm = map { my ($at, $c) = split /\|/; ($at => $c) } split /\n/,
+	  $node->safe_psql('postgres', qq{
+		SELECT ((extract(epoch FROM at) * 1000000)::bigint)::text, cost FROM outcome
+		 WHERE phase = 'short' AND k = '$k' AND allowed});
+	my @log = @{ $short_log{$k} };
+	foreach my $e (@log)
+	{
+		next unless defined $e->[1];
+		$entries++;
+		$live += $e->[1] if $e->[0] > $log[-1][0] - 2000000;
+		$unmatched++ unless defined $adm{ $e->[0] } && $adm{ $e->[0] } == $e->[1];
+	}
+	$over++ if $live > $lim;
+}
+cmp_ok($entries, '>', 0, "phase 2: $entries entries left in the Redis logs");
+is($unmatched, 0, 'phase 2: every entry left in a Redis log is an admitted call, at its time, with its cost');
+is($over, 0, 'phase 2: the last window of each Redis log holds at most its limit');
+
+done_testing();

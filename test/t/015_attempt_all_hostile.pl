@@ -1,0 +1,99 @@
+# rl_attempt_all's reply (log_all.lua: 8 integers per key) from a fake
+# server (test/perl/fake_redis.pl): a well-formed admission and denial are
+# believed; a reply that admits some keys and not others, that denies with
+# no key denying, that has the wrong length, or whose key fields break the
+# rules of a sliding-log attempt is refused (08P01 under the error policy,
+# the policy's own answer under allow and deny), never an admission.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use SlidewinTest;
+use FakeRedis;
+
+my $fake = FakeRedis->start;
+my $node = SlidewinTest::new_node('allhostile', $fake->port,
+	[ "slidewin.command_timeout = '1s'", 'slidewin.redis_retry_interval = 0' ]);
+my $s = $node->background_psql('postgres', on_error_stop => 0);
+$s->query_safe('\set VERBOSITY verbose');
+my $ints = \&FakeRedis::ints;
+
+sub run_sql
+{
+	my ($sql) = @_;
+	$s->{stderr} = '';
+	my $out = $s->query($sql);
+	my $err = $s->{stderr};
+	$s->{stderr} = '';
+	return ($out, $err);
+}
+
+sub sqlstate
+{
+	my ($err) = @_;
+	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : "none ($err)";
+}
+
+# rl_attempt_all over keys a and b, 100 per hour each, cost 1.
+sub all
+{
+	my ($policy) = @_;
+	return run_sql(qq{SELECT (r).allowed, (r).store, (r).remaining, (r).lim
+		FROM rl_attempt_all(ARRAY['a', 'b'], ARRAY[100, 50], ARRAY['1 hour', '1 hour']::interval[],
+		                    on_redis_error => '$policy') r});
+}
+
+my $ts  = 1_900_000_000_000_000;
+my $win = 3_600_000_000;
+# per key: an admission (1 unit used), a denial (all used), room not charged
+my @admit_a = (1, 99, 0, $ts + $win, 1, $ts, 0, $ts + $win);
+my @admit_b = (1, 40, 0, $ts + $win, 10, $ts, 0, $ts + $win);
+my @deny_a  = (0, 0, 5_000_000, $ts + $win, 100, -1, 4_000_000, $ts + 4_000_000);
+my @spare_b = (3, 40, 0, $ts + $win, 10, -1, 0, $ts + 1_000_000);
+
+my ($out, $err);
+$fake->script($ints->(@admit_a, @admit_b));
+($out, $err) = all('error');
+is($out, 't|redis|40|50', 'an admission of both keys is believed; b, with less room, decides');
+is($err, '', 'no error for a well-formed admission');
+
+$fake->script($ints->(@deny_a, @spare_b));
+($out, $err) = all('error');
+is($out, 'f|redis|0|100', 'a denial by a, b not charged, is believed; a decides');
+
+my @hostile = (
+	[ 'one key admitted, the other denied', [ @admit_a, @deny_a[0 .. 7] ],
+		qr/admits 1 of 2 keys, but it must admit all of them or none/ ],
+	[ 'no key admitted, none denying', [ (3, 99, 0, $ts + $win, 1, -1, 0, $ts + $win), @spare_b ],
+		qr/admits no key, but no key denies/ ],
+	[ 'the length of one key', [@admit_a], qr/has 8 elements, not 16/ ],
+	[ 'a key with room, over its limit', [ @deny_a, (3, 0, 0, $ts + $win, 50, -1, 0, $ts + $win) ],
+		qr/Field "used" of key 2 .* must have used at most the difference/ ],
+	[ 'allowed 4', [ @admit_a, (4, 40, 0, $ts + $win, 10, $ts, 0, $ts + $win) ],
+		qr/Field "allowed" of key 2 .* must be 0, 1 or 2, or 3/ ],
+	[ 'an admission past its limit', [ @admit_a, (1, 0, 0, $ts + $win, 51, $ts, 0, $ts + $win) ],
+		qr/Field "remaining"|Field "used"/ ],
+	[ 'a string among the integers', [ @admit_a[0 .. 6], 'x', @admit_b ], undef ],
+);
+foreach my $case (@hostile)
+{
+	my ($name, $reply, $why) = @$case;
+	my $raw = $case->[1][7] eq 'x'
+	  ? "*16\r\n" . join('', map { ":$_\r\n" } @admit_a[0 .. 6]) . "\$1\r\nx\r\n"
+		. join('', map { ":$_\r\n" } @admit_b)
+	  : $ints->(@$reply);
+	$fake->script($raw);
+	($out, $err) = all('error');
+	is(sqlstate($err), '08P01', "$name: refused under the error policy");
+	like($err, $why, "$name: the reason is given") if $why;
+	$fake->script($raw);
+	($out, $err) = all('allow');
+	is($out, 't|none||100', "$name: the allow policy answers, not the reply");
+	$fake->script($raw);
+	($out, $err) = all('deny');
+	is($out, 'f|none||100', "$name: the deny policy answers, not the reply");
+}
+
+$s->quit;
+done_testing();
