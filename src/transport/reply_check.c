@@ -273,8 +273,9 @@ check_fields(OutcomeCheck *ck)
 	 * A unit frees later than now; in a log, no later than the newest entry
 	 * leaves (a block may last longer).
 	 */
-	expect(ck, valid_time(v[RF_NEXT]) && v[RF_NEXT] > clock_floor - (call->clock_set ? 0 : 1),
-		   RF_NEXT, "it must be a valid time after now");
+	expect(ck, valid_time(v[RF_NEXT]) && v[RF_NEXT] > clock_floor - (call->clock_set ? 0 : 1) &&
+		   v[RF_NEXT] > 0,
+		   RF_NEXT, "it must be a valid time after now and after 1970 (a time at or before it reads as unknown)");
 	if (logs && !blocked && v[RF_USED] > 0)
 		expect(ck, v[RF_NEXT] <= v[RF_RESET], RF_NEXT,
 			   "it must be at most reset_at, %" PRId64, v[RF_RESET]);
