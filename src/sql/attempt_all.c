@@ -21,6 +21,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "enforce.h"
 #include "result.h"

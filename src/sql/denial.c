@@ -33,6 +33,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
