@@ -275,7 +275,7 @@ check_fields(OutcomeCheck *ck)
 	 */
 	expect(ck, valid_time(v[RF_NEXT]) && v[RF_NEXT] > clock_floor - (call->clock_set ? 0 : 1) &&
 		   v[RF_NEXT] > 0,
-		   RF_NEXT, "it must be a valid time after now and after 1970 (a time at or before it reads as unknown)");
+		   RF_NEXT, "it must be a valid time after now");
 	if (logs && !blocked && v[RF_USED] > 0)
 		expect(ck, v[RF_NEXT] <= v[RF_RESET], RF_NEXT,
 			   "it must be at most reset_at, %" PRId64, v[RF_RESET]);
