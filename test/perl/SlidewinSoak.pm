@@ -159,7 +159,7 @@ package SlidewinSoak;
 #   A key party store ts cost end commit winid at took via
 #   H key party store start end max sent (start: when the grant came back;
 #     sent: when the call went out)
-#   R key t
+#   R key t0 t1 (t0: when the reset was sent; t1: when it returned)
 #   X party op error
 #   N party counters (op=count,...)
 # ts: the admission's time in its store (sliding log and multi: the entry's
@@ -433,7 +433,7 @@ sub client_main
 		my ($rows, $e) = $s->query("SELECT rl_reset('$k')");
 		if (defined $e) { $err->('reset', $e); return; }
 		$count{reset}++;
-		$emit->('R', $k, $t0);
+		$emit->('R', $k, $t0, time);
 	};
 
 	while (time < $c->{deadline})
@@ -719,6 +719,9 @@ sub fmt_adm
 	return $s;
 }
 
+# The resets of each key (sent, returned), for report_over's output.
+my %reset_log;
+
 sub check
 {
 	my ($d, %o) = @_;
@@ -743,18 +746,45 @@ sub check
 
 	# resets: a key's admissions before its reset stop counting then (in
 	# both stores; lenient: the reset of one database's fallback store is
-	# taken to clear them all)
+	# taken to clear them all). A reset takes effect somewhere between when
+	# it was sent (t0) and when it returned (t1): an admission that may have
+	# come before that moment, that is, one whose call started by t1 (a
+	# sliding log's entry time, else when the call was sent), may have been
+	# cleared, and stops counting at t0 (never, if it came after t0). Taking
+	# t0 alone as the reset's moment counted an admission answered just
+	# after t0 but cleared by the reset as still there (CI: a fixed window
+	# of 5 units against 4, the first of them cleared so in Redis). A reset
+	# sent while Redis was frozen or paused returns with a WARNING after
+	# command_timeout, and its DEL, already in Redis's socket, may still run
+	# when Redis wakes: such a reset may take effect until a second after
+	# that fault ended.
 	my %resets;
-	push @{ $resets{ $_->[0] } }, $_->[1] for @{ $d->{R} };
+	for my $r (@{ $d->{R} })
+	{
+		my ($k, $r0, $r1) = @$r;
+		$r1 //= $r0;
+		for my $f (@{ $o{faults} // [] })
+		{
+			my (undef, $f0, $f1) = @$f;
+			$r1 = max($r1, $f1 + 1) if $f0 <= $r1 && $f1 >= $r0;
+		}
+		push @{ $resets{$k} }, [ $r0, $r1 ];
+	}
+	%reset_log = %resets;
 
 	my %by;
 	for my $r (@{ $d->{A} })
 	{
 		my %a;
 		@a{qw(key party store ts cost end commit winid at took via)} = @$r;
+		my $start = $class{ key_class($a{key}) }{alg} =~ /^(sliding_log|multi)$/ ? $a{ts} : $a{at} - $a{took};
 		for my $rt (@{ $resets{ $a{key} } // [] })
 		{
-			$a{end} = $rt if $rt >= $a{ts} && $rt < $a{end};
+			my ($r0, $r1) = @$rt;
+			if ($r1 >= $start && $r0 < $a{end})
+			{
+				$a{end} = $r0;
+			}
 		}
 		push @{ $by{ $a{key} } }, \%a;
 	}
@@ -968,6 +998,9 @@ sub report_over
 		else
 		{
 			$msg .= '  ' . join("\n  ", map { fmt_adm($_, $t0) } @{ $o->{w} });
+			my ($lo, $hi) = (min(map { $_->{ts} } @{ $o->{w} }) - ($o->{win} // 0), $o->{t});
+			$msg .= join('', map { sprintf("\n  reset sent %+.3f, in effect by %+.3f at the latest", $_->[0] - $t0, $_->[1] - $t0) }
+				grep { $_->[1] >= $lo && $_->[0] <= $hi } @{ $reset_log{ $o->{key} } // [] });
 		}
 		diag($msg);
 	}
