@@ -61,7 +61,8 @@ use Time::HiRes qw(usleep);
 sub _mono { return Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) }
 
 our @EXPORT_OK =
-  qw(start_redis new_node src_dir allow_log_line asan_options check_server_maps);
+  qw(start_redis new_node src_dir allow_log_line asan_options check_server_maps
+	 session_sql node_sql sqlstate);
 
 my @all_redis;
 
@@ -376,6 +377,41 @@ sub max_overlap
 		$max = $d if $d > $max;
 	}
 	return $max;
+}
+
+# session_sql($session, $sql): $sql in a background_psql session (which
+# keeps going after an error); returns (stdout, stderr, seconds taken), the
+# session's stderr emptied for the next call.
+sub session_sql
+{
+	my ($s, $sql) = @_;
+	$s->{stderr} = '';
+	my $t0 = Time::HiRes::time();
+	my $out = $s->query($sql);
+	my $dt = Time::HiRes::time() - $t0;
+	my $err = $s->{stderr};
+	$s->{stderr} = '';
+	return ($out, $err, $dt);
+}
+
+# node_sql($node, $sql [, on_error_stop => 0|1]): $sql in a new psql with
+# VERBOSITY verbose (so that errors carry their SQLSTATE); returns (stdout,
+# stderr, seconds taken).
+sub node_sql
+{
+	my ($node, $sql, %opt) = @_;
+	my $t0 = Time::HiRes::time();
+	my (undef, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql",
+		on_error_stop => $opt{on_error_stop} // 1);
+	return ($out, $err, Time::HiRes::time() - $t0);
+}
+
+# sqlstate($stderr): the SQLSTATE of the first ERROR in verbose psql
+# output, or "none (...)" with what was there instead.
+sub sqlstate
+{
+	my ($err) = @_;
+	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : "none ($err)";
 }
 
 # wait_for($what, $cond [, $secs]): poll $cond every 0.1 s; die after $secs

@@ -9,7 +9,7 @@ use warnings;
 
 use PostgreSQL::Test::Utils;
 use Test::More;
-use SlidewinTest;
+use SlidewinTest qw(sqlstate);
 use FakeRedis;
 
 my $fake = FakeRedis->start;
@@ -19,21 +19,7 @@ my $s = $node->background_psql('postgres', on_error_stop => 0);
 $s->query_safe('\set VERBOSITY verbose');
 my $ints = \&FakeRedis::ints;
 
-sub run_sql
-{
-	my ($sql) = @_;
-	$s->{stderr} = '';
-	my $out = $s->query($sql);
-	my $err = $s->{stderr};
-	$s->{stderr} = '';
-	return ($out, $err);
-}
-
-sub sqlstate
-{
-	my ($err) = @_;
-	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : "none ($err)";
-}
+sub run_sql { return SlidewinTest::session_sql($s, @_) }
 
 # rl_attempt_all over keys a and b, 100 per hour each, cost 1.
 sub all

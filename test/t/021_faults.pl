@@ -9,7 +9,7 @@ use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
-use SlidewinTest;
+use SlidewinTest qw(sqlstate);
 
 my $redis = SlidewinTest::start_redis();
 my $node  = SlidewinTest::new_node('faults', $redis);
@@ -23,17 +23,7 @@ my $pid0 = $s->query_safe('SELECT pg_backend_pid()');
 like($pid0, qr/^\d+$/, "backend pid $pid0");
 
 # Runs $sql in the session; returns stdout, stderr and the wall time in s.
-sub run_sql
-{
-	my ($sql) = @_;
-	$s->{stderr} = '';
-	my $t0  = time;
-	my $out = $s->query($sql);
-	my $dt  = time - $t0;
-	my $err = $s->{stderr};
-	$s->{stderr} = '';
-	return ($out, $err, $dt);
-}
+sub run_sql { return SlidewinTest::session_sql($s, @_) }
 
 # One rl_attempt with the policy as its fifth argument.  Output:
 # allowed|store|remaining|remaining is null|reset_at is null
@@ -45,12 +35,6 @@ sub attempt
 	return run_sql(
 		qq{SELECT (r).allowed, (r).store, (r).remaining, (r).remaining IS NULL, (r).reset_at IS NULL
 		   FROM rl_attempt('$key', $lim, '1 hour', 1, $pol) r});
-}
-
-sub sqlstate
-{
-	my ($err) = @_;
-	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : "none ($err)";
 }
 
 my ($out, $err, $dt);

@@ -16,7 +16,7 @@ use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
-use SlidewinTest;
+use SlidewinTest qw(sqlstate);
 use FakeRedis;
 
 my $fake = FakeRedis->start;
@@ -34,23 +34,7 @@ my $pid0 = $s->query_safe('SELECT pg_backend_pid()');
 
 my $ints = \&FakeRedis::ints;
 
-sub run_sql
-{
-	my ($sql) = @_;
-	$s->{stderr} = '';
-	my $t0  = time;
-	my $out = $s->query($sql);
-	my $dt  = time - $t0;
-	my $err = $s->{stderr};
-	$s->{stderr} = '';
-	return ($out, $err, $dt);
-}
-
-sub sqlstate
-{
-	my ($err) = @_;
-	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : "none ($err)";
-}
+sub run_sql { return SlidewinTest::session_sql($s, @_) }
 
 # rl_attempt('h', 100, '1 hour', 1, policy): allowed|store|remaining
 sub attempt

@@ -12,7 +12,7 @@ use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
-use SlidewinTest;
+use SlidewinTest qw(sqlstate);
 
 if ($> == 0)
 {
@@ -25,23 +25,7 @@ my $node = SlidewinTest::new_node('misconf', $redis, 'slidewin.redis_retry_inter
 my $s = $node->background_psql('postgres', on_error_stop => 0);
 $s->query_safe('\set VERBOSITY verbose');
 
-sub run_sql
-{
-	my ($sql) = @_;
-	$s->{stderr} = '';
-	my $t0  = time;
-	my $out = $s->query($sql);
-	my $dt  = time - $t0;
-	my $err = $s->{stderr};
-	$s->{stderr} = '';
-	return ($out, $err, $dt);
-}
-
-sub sqlstate
-{
-	my ($err) = @_;
-	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : "none ($err)";
-}
+sub run_sql { return SlidewinTest::session_sql($s, @_) }
 
 sub attempt
 {

@@ -57,13 +57,7 @@ my $node = SlidewinTest::new_node('misconf_warn', undef,
 	  "slidewin.redis_retry_interval = '2s'" ]);
 
 # psql with SQLSTATEs in stderr.
-sub run_sql
-{
-	my ($sql) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql",
-		on_error_stop => 1);
-	return ($out, $err);
-}
+sub run_sql { return SlidewinTest::node_sql($node, @_) }
 
 my $check_cols = q{target, reachable, authenticated, server_version, role, tls_verified,
 	scripts_loaded, coalesce(last_error, '(null)'), preloaded};

@@ -20,7 +20,7 @@ use warnings;
 
 use PostgreSQL::Test::Utils;
 use Test::More;
-use SlidewinTest;
+use SlidewinTest qw(sqlstate);
 use FakeRedis;
 
 my $redis = SlidewinTest::start_redis();
@@ -31,21 +31,7 @@ my $node = SlidewinTest::new_node('failover', $redis,
 my $s = $node->background_psql('postgres', on_error_stop => 0);
 $s->query_safe('\set VERBOSITY verbose');
 
-sub run_sql
-{
-	my ($sql) = @_;
-	$s->{stderr} = '';
-	my $out = $s->query($sql);
-	my $err = $s->{stderr};
-	$s->{stderr} = '';
-	return ($out, $err);
-}
-
-sub sqlstate
-{
-	my ($err) = @_;
-	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : "none ($err)";
-}
+sub run_sql { return SlidewinTest::session_sql($s, @_) }
 
 # allowed|store|remaining of one rl_attempt under $policy
 sub attempt

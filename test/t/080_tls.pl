@@ -51,14 +51,7 @@ my $node = SlidewinTest::new_node('tls', undef,
 	  'max_connections = 40' ]);
 
 # psql with SQLSTATEs in stderr; returns stdout, stderr, seconds taken.
-sub run_sql
-{
-	my ($sql) = @_;
-	my $t0 = time;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql",
-		on_error_stop => 1);
-	return ($out, $err, time - $t0);
-}
+sub run_sql { return SlidewinTest::node_sql($node, @_) }
 
 sub call_at
 {

@@ -44,13 +44,7 @@ my $node = SlidewinTest::new_node('sentinel', undef,
 	  'slidewin.redis_retry_interval = 1000',
 	  'max_connections = 40' ]);
 
-sub run_sql
-{
-	my ($sql) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql",
-		on_error_stop => 1);
-	return ($out, $err);
-}
+sub run_sql { return SlidewinTest::node_sql($node, @_) }
 
 my ($out, $err) = run_sql(q{SELECT (r).allowed, (r).store FROM rl_attempt('s:first', 10, '1 hour', 1, 'error') r});
 is($out, 't|redis', 'through the sentinels: answered by Redis');

@@ -36,12 +36,7 @@ my $node = SlidewinTest::new_node('sentinel_roles', undef,
 	[ "slidewin.redis_url = 'redis-sentinel://127.0.0.1:$fport/mymaster'",
 	  'slidewin.redis_retry_interval = 0' ]);
 
-sub run_sql
-{
-	my ($sql) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return ($out, $err);
-}
+sub run_sql { return SlidewinTest::node_sql($node, @_) }
 
 # Calls of a script command a server has seen, rejected ones included.
 sub script_calls

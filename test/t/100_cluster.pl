@@ -26,12 +26,7 @@ my $node = SlidewinTest::new_node('cluster', undef,
 	  'max_connections = 40' ]);
 $node->safe_psql('postgres', 'CREATE TABLE adm (k text, allowed bool, store text)');
 
-sub run_sql
-{
-	my ($sql) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return ($out, $err);
-}
+sub run_sql { return SlidewinTest::node_sql($node, @_) }
 
 sub masters { return SlidewinTest::cluster_masters($cluster) }
 
@@ -266,7 +261,6 @@ sub rejected
 	$n += $_ for scalar($_[0]->cli('info', 'commandstats')) =~ /cmdstat_(?:eval(?:sha)?|fcall):.*?rejected_calls=(\d+)/g;
 	return $n;
 }
-
 
 ($out, $err) = run_sql($as_user . q{SELECT (r).allowed FROM rl_attempt('mv:1', 5, '1 hour', 1, 'error') r});
 is($out, 't', 'a key before its slot moves');

@@ -27,12 +27,7 @@ my $node = SlidewinTest::new_node('cluster_tls', undef,
 	[ "slidewin.redis_url = '$url'", "slidewin.redis_tls_ca_file = '$d/ca.crt'",
 	  'slidewin.redis_tls_verify = full', 'slidewin.redis_retry_interval = 0' ]);
 
-sub run_sql
-{
-	my ($sql) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return ($out, $err);
-}
+sub run_sql { return SlidewinTest::node_sql($node, @_) }
 sub masters { return SlidewinTest::cluster_masters($cluster) }
 
 my ($out, $err) = run_sql(q{

@@ -30,12 +30,7 @@ my $node = SlidewinTest::new_node('cluster_hostile', undef,
 	  'slidewin.redis_retry_interval = 0',
 	  'slidewin.command_timeout = 100', 'slidewin.connect_timeout = 200' ]);
 
-sub run_sql
-{
-	my ($sql) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return ($out, $err);
-}
+sub run_sql { return SlidewinTest::node_sql($node, @_) }
 sub sends { return $fake->count('EVALSHA') + $fake->count('EVAL') }
 
 # Sanity: a good reply is believed.
