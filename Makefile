@@ -10,6 +10,9 @@
 #   make valgrind  the regression suite under valgrind memcheck (not part
 #                of make test; slow)
 #   make bench   the benchmark (not part of make test)
+#   make bench-web  slidewin beside rate-limiter-flexible and express-rate-limit
+#                in an Express app under autocannon (not part of make test,
+#                which runs its smoke)
 #   make check-layers  the layer rules of src/ (src/LAYERS, test/check_layers.pl)
 #   make soak    build, install, then the randomized exactness soak (TAP
 #                140_soak, test/perl/SlidewinSoak.pm) for SOAK_SECONDS
@@ -64,7 +67,7 @@ ifneq ($(PGXS),)
 $(OBJS): $(filter-out src/store/redis/lua_scripts.h,$(foreach d,$(LAYER_DIRS),$(wildcard $(d)/*.h)))
 endif
 
-.PHONY: deps demo test test-matrix deb bench bench-scripts fuzz unit sanitize valgrind soak check-layers
+.PHONY: deps demo test test-matrix deb bench bench-scripts bench-web fuzz unit sanitize valgrind soak check-layers
 
 FUZZ_SECONDS ?= 60
 
@@ -123,6 +126,11 @@ soak: deps
 # microseconds (commandstats), then instructions (callgrind, repeatable).
 bench-scripts: deps
 	@bash test/bench/scripts.sh 200000 --instructions
+
+# slidewin beside rate-limiter-flexible and express-rate-limit in one Express
+# app (test/bench/web.sh): not part of make test, which runs its smoke
+bench-web: deps
+	@bash test/bench/web.sh
 
 # Built with clang outside PGXS: the targets link only the pure files and hiredis.
 fuzz: deps

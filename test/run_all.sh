@@ -757,6 +757,16 @@ else
 	tail -n 20 "$work/scripts_smoke.out"
 	fail "script benchmark smoke"
 fi
+# The web benchmark (make bench-web), as briefly: every route of its app
+# answers 200 under autocannon.
+banner "web benchmark smoke (test/bench/web.sh --smoke)"
+if timeout -k 15 300 bash "$repo/test/bench/web.sh" --smoke >"$work/web_smoke.out" 2>&1; then
+	grep -E '^\| many ' "$work/web_smoke.out" | wc -l | sed 's/$/ routes, each answered 200/'
+	pass
+else
+	tail -n 30 "$work/web_smoke.out"
+	fail "web benchmark smoke"
+fi
 
 finished=1
 exit 0

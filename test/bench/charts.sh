@@ -4,6 +4,9 @@
 #   charts.sh throughput DATA OUT.svg
 #       DATA: tab-separated lines "label<TAB>tps 1 client<TAB>tps 8 clients"
 #       (an empty field is a bar not drawn); a clustered bar chart, log scale.
+#   charts.sh web DATA OUT.svg
+#       DATA: tab-separated lines "route<TAB>req/s many keys, 8 conns<TAB>many,
+#       32<TAB>hot key, 8<TAB>hot, 32" (test/bench/web.sh); clustered bars.
 #   charts.sh boundary DATA OUT.svg
 #       DATA: tab-separated lines "algorithm<TAB>t_ms<TAB>admitted so far", as
 #       test/bench/boundary.sql prints them; one line per algorithm over time.
@@ -12,7 +15,7 @@
 # the file written is not an SVG.
 set -euo pipefail
 
-[[ $# -eq 3 ]] || { echo "usage: $0 throughput|boundary DATA OUT.svg" >&2; exit 2; }
+[[ $# -eq 3 ]] || { echo "usage: $0 throughput|web|boundary DATA OUT.svg" >&2; exit 2; }
 kind=$1 data=$2 out=$3
 command -v gnuplot >/dev/null || { echo "charts: gnuplot is not installed (test/deps.sh installs gnuplot-nox)" >&2; exit 1; }
 [[ -s $data ]] || { echo "charts: no data in $data" >&2; exit 1; }
@@ -46,6 +49,33 @@ throughput)
 		set key top right
 		plot "$tmp/data" using 2:xtic(1) title "1 client" lc rgb "#4a7ab5", \
 		     "" using 3 title "8 clients" lc rgb "#e08a2c"
+	GP
+	;;
+web)
+	awk -F '\t' 'BEGIN { OFS = "\t" } { for (i = 2; i <= 5; i++) if ($i == "") $i = "?"; print "\"" $1 "\"", $2, $3, $4, $5 }' \
+		"$data" >"$tmp/data"
+	gnuplot <<-GP
+		set terminal svg size 1100,620 dynamic font "sans,11" background "white"
+		set output "$out"
+		set encoding utf8
+		set termoption noenhanced
+		set datafile separator "\t"
+		set datafile missing "?"
+		set title "Express routes: requests per second (make bench-web, one run)"
+		set ylabel "requests per second"
+		set yrange [0:*]
+		set grid ytics
+		set style data histogram
+		set style histogram cluster gap 1
+		set style fill solid 0.85 border -1
+		set boxwidth 0.9
+		set xtics rotate by -35 left font "sans,10" nomirror
+		set bmargin 10
+		set key top right
+		plot "$tmp/data" using 2:xtic(1) title "many keys, 8 conns" lc rgb "#4a7ab5", \
+		     "" using 3 title "many keys, 32 conns" lc rgb "#9cbbe0", \
+		     "" using 4 title "hot key, 8 conns" lc rgb "#e08a2c", \
+		     "" using 5 title "hot key, 32 conns" lc rgb "#f2c08a"
 	GP
 	;;
 boundary)
