@@ -565,3 +565,26 @@ reply_check_import(const redisReply *reply, long long n, long long counts[3],
 	}
 	return true;
 }
+
+bool
+reply_check_settle(const redisReply *rep, int m, bool confirm, char *why,
+				   size_t whysize)
+{
+	const char *what = confirm ? "confirm" : "cancel";
+
+	if (rep->type != REDIS_REPLY_ARRAY)
+		return refuse(why, whysize, "The %s reply of rl_attempt_all's reservations is %s, not an array of %d integers.",
+					  what, reply_type_name(rep), m);
+	if (rep->elements != (size_t) m)
+		return refuse(why, whysize, "The %s reply of rl_attempt_all's reservations has %zu elements, not %d (one for each key of the slot).",
+					  what, rep->elements, m);
+	for (int k = 0; k < m; k++)
+	{
+		const redisReply *e = rep->element[k];
+
+		if (e->type != REDIS_REPLY_INTEGER || (e->integer != 0 && e->integer != 1))
+			return refuse(why, whysize, "Element %d of the %s reply of rl_attempt_all's reservations is not 0 or 1.",
+						  k + 1, what);
+	}
+	return true;
+}

@@ -70,6 +70,14 @@ extern bool reply_check_outcome(const redisReply *reply, const ReplyCall *call,
 extern bool reply_check_all(const redisReply *reply, int n, const ReplyCall *calls,
 							int64_t (*v)[RF_COUNT], char *why, size_t whysize);
 
+/*
+ * The reply to log_settle.lua, the second step of rl_attempt_all over
+ * several slots of a Redis Cluster, for m keys of one slot: m integers,
+ * each 0 or 1 (confirmed, or given back, for each key).
+ */
+extern bool reply_check_settle(const redisReply *reply, int m, bool confirm,
+							   char *why, size_t whysize);
+
 /* What the block script (rl_block, rl_unblock) was asked. */
 typedef struct ReplyBlockCall
 {

@@ -96,6 +96,8 @@ static const char lua_log_peek[] = LUA_PRELUDE LUA_LOG_PEEK;
 static const char lua_log_multi[] = LUA_PRELUDE LUA_LOG_MULTI;
 /* rl_attempt_all: several keys, all or nothing. */
 static const char lua_log_all[] = LUA_PRELUDE LUA_LOG_ALL;
+/* Its second step over several slots of a Cluster: confirm or cancel. */
+static const char lua_log_settle[] = LUA_PRELUDE LUA_LOG_SETTLE;
 
 /*
  * The counting algorithms: one head that reads the arguments, and the
@@ -150,6 +152,7 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_LOG_IMPORT] = {lua_log_import},
 	[SCRIPT_COUNTER_IMPORT] = {lua_counter_import},
 	[SCRIPT_LOG_ALL] = {lua_log_all, LUA_LOG_ALL, "log_all"},
+	[SCRIPT_LOG_SETTLE] = {lua_log_settle},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */

@@ -23,7 +23,8 @@ extern bool redis_store_reset(const RlArgs *args, RedisResult *failure);
 /*
  * rl_attempt_all: the n keys of args (1..RL_MAX_KEYS, sliding_log, distinct),
  * all charged or none, in one script call; o[k] is key k's outcome. Under
- * Redis Cluster, keys in different hash slots are an ERROR (0A000).
+ * Redis Cluster, keys in different hash slots are reserved slot by slot,
+ * then confirmed or cancelled (store_redis_xslot.c).
  */
 extern bool redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o,
 									RedisResult *failure);

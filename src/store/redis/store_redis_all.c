@@ -8,7 +8,8 @@
  * One script sees every key, so the all-or-nothing rule needs no lock and
  * no second step on one Redis, or under Sentinel (the same connection).
  * Under Redis Cluster a script may only name keys of one hash slot: keys in
- * different slots are refused (0A000) until reserve and confirm exist.
+ * different slots are reserved slot by slot, then confirmed or cancelled
+ * (store_redis_xslot.c), each slot's keys by this file's script.
  *
  * Like the rest of the store, this file knows nothing of failure policy.
  *
@@ -20,25 +21,19 @@
 #include "store_redis.h"
 #include "store_redis_int.h"
 
-/*
- * Under Cluster, refuse keys whose Redis keys lie in different hash slots:
- * one script could not name them all.
- */
-static void
-check_one_slot(int nkeys, const StringInfoData *keys)
+/* Under Cluster: do the Redis keys keys[0..nkeys-1] lie in one hash slot? */
+static bool
+one_slot(int nkeys, const StringInfoData *keys)
 {
 	int			slot;
 
 	if (!redis_target_is_cluster())
-		return;
+		return true;
 	slot = cluster_key_slot(keys[0].data, keys[0].len);
 	for (int i = 1; i < nkeys; i++)
 		if (cluster_key_slot(keys[i].data, keys[i].len) != slot)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("rl_attempt_all does not support keys in different hash slots of a Redis Cluster yet"),
-					 errdetail("Under Redis Cluster each user key is stored in a hash slot of its own, and one script can only name keys of one slot."),
-					 errhint("Use one rl_attempt per key, or one Redis server or Sentinel for rl_attempt_all.")));
+			return false;
+	return true;
 }
 
 /*
@@ -92,8 +87,22 @@ read_outcomes(RedisResult *r, int n, const RlArgs *args, RlOutcome *o)
 	return true;
 }
 
+static bool run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o,
+					RedisResult *r);
+
 bool
 redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o, RedisResult *r)
+{
+	return run_all(n, args, 0, o, r);
+}
+
+/*
+ * log_all.lua over args[0..n-1]; with reserve_us > 0 (keys of one slot, see
+ * store_redis_xslot.c) each entry it records is a reservation that ends
+ * that long after it is made, unless confirmed.
+ */
+static bool
+run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o, RedisResult *r)
 {
 	StringInfoData keys[3 * RL_MAX_KEYS];
 	const char *k[3 * RL_MAX_KEYS];
@@ -101,7 +110,8 @@ redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o, RedisResult *r)
 	char		nums[3 * RL_MAX_KEYS + 1][24];
 	char		now[24];
 	char		flags[4];
-	const char *argv[3 * RL_MAX_KEYS + 3];
+	char		life[24];
+	const char *argv[3 * RL_MAX_KEYS + 4];
 	int			nargs = 0;
 	const char *tag = redis_store_tags[ALGO_SLIDING_LOG];
 
@@ -113,7 +123,12 @@ redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o, RedisResult *r)
 		redis_store_ledger_key(&keys[3 * i + 1], tag, &args[i]);
 		redis_store_block_key(&keys[3 * i + 2], &args[i]);
 	}
-	check_one_slot(3 * n, keys);
+	if (reserve_us == 0 && !one_slot(3 * n, keys))
+	{
+		for (int i = 0; i < 3 * n; i++)
+			pfree(keys[i].data);
+		return redis_store_attempt_xslot(n, args, run_all, o, r);
+	}
 	for (int i = 0; i < 3 * n; i++)
 	{
 		k[i] = keys[i].data;
@@ -129,10 +144,15 @@ redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o, RedisResult *r)
 		snprintf(nums[1 + 2 * n + i], 24, INT64_FORMAT, args[i].cost);
 	for (int i = 0; i < 3 * n; i++)
 		argv[nargs++] = nums[1 + i];
-	snprintf(flags, sizeof(flags), "%s%s", args[0].force ? "f" : "",
-			 redis_target_is_cluster() ? "k" : "");
+	snprintf(flags, sizeof(flags), "%s%s%s", args[0].force ? "f" : "",
+			 redis_target_is_cluster() ? "k" : "", reserve_us > 0 ? "r" : "");
 	argv[nargs++] = flags;
 	argv[nargs++] = redis_store_clock_arg(now, sizeof(now));
+	if (reserve_us > 0)
+	{
+		snprintf(life, sizeof(life), INT64_FORMAT, reserve_us);
+		argv[nargs++] = life;
+	}
 
 	script_run(SCRIPT_LOG_ALL, 3 * n, k, klens, nargs, argv, r);
 	for (int i = 0; i < 3 * n; i++)

@@ -42,4 +42,18 @@ extern bool redis_store_settle(RedisResult *r);
 extern bool redis_store_refuse(RedisResult *r, const char *fmt,...)
 			pg_attribute_printf(2, 3);
 
+
+/*
+ * rl_attempt_all over keys in different slots of a Cluster
+ * (store_redis_xslot.c): reserved slot by slot, then confirmed or
+ * cancelled. run_slot runs log_all.lua on the keys of one slot
+ * (store_redis_all.c passes its own), with reserve_us > 0 as reservations
+ * that end that long after they are made unless confirmed; it is passed
+ * rather than called, so that the two files do not depend on each other.
+ */
+typedef bool (*RedisRunAll) (int n, const RlArgs *args, int64 reserve_us,
+							 RlOutcome *o, RedisResult *r);
+extern bool redis_store_attempt_xslot(int n, const RlArgs *args, RedisRunAll run_slot,
+									  RlOutcome *o, RedisResult *r);
+
 #endif

@@ -5,9 +5,16 @@ with its own limit, all admitted or none charged.
 KEYS: for each of the n user keys, its log, its ledger and its block
 (3n keys). ARGV: n, then lim1..limn, win1..winn (us), cost1..costn, then
 flags ('f' force: record every key whatever the answer, for shadow mode;
-'k' under Redis Cluster, as in log_attempt.lua) and now (us; '': Redis
-TIME). Every key is read first; only if every one has room, and none is
-blocked, is every one recorded.
+'k' under Redis Cluster, as in log_attempt.lua; 'r' reserve: each entry
+recorded is a reservation, see below) and now (us; '': Redis TIME), then with 'r' the reservations'
+life (us). Every key is read first; only if every one has room, and none
+is blocked, is every one recorded.
+A reservation (keys of one hash slot of a call over several slots, see
+store_redis_xslot.c) is an ordinary entry of the key's log, so that it
+counts for every caller at once, and a member 'score:cost' of the log's
+reservations key (reservations_key), scored by when it ends: it is
+confirmed by removing that member (log_settle.lua), and an entry whose
+reservation ended first is given back (end_reservations).
 Returns 8n integers, for each key in order {allowed, remaining,
 retry_after_us, reset_at_us, used, recorded, stable_us, next_us} as
 log_attempt.lua's full reply, where allowed is 1 (recorded, within its
@@ -20,11 +27,13 @@ local flags = ARGV[3 * n + 2] or ''
 local force = string.find(flags, 'f', 1, true) ~= nil
 local cluster = string.find(flags, 'k', 1, true) ~= nil
 local now = clock(ARGV[3 * n + 3])
+local reserve = string.find(flags, 'r', 1, true) ~= nil
+local life = reserve and ARGV[3 * n + 4] + 0
 local ks, all = {}, true
 for i = 1, n do
   if cluster then keep = KEYS[3 * i - 1]; bkeep = KEYS[3 * i] end
   local s = {key = KEYS[3 * i - 2]}
-  s.lk, s.bend = ledger_block(KEYS[3 * i - 1], KEYS[3 * i])
+  s.lk, s.bend = ledger_block(KEYS[3 * i - 1], KEYS[3 * i], s.key, now)
   s.lim, s.win, s.cost = ARGV[1 + i] + 0, ARGV[1 + n + i] + 0, ARGV[1 + 2 * n + i] + 0
   s.base, s.r0, s.rb = trim(s.key, s.lk, now - s.win, true)
   s.total, s.last_ts = newest(s.key, s.base)
@@ -45,6 +54,12 @@ for i = 1, n do
   if cluster then keep = KEYS[3 * i - 1]; bkeep = KEYS[3 * i] end
   if all or force then
     local ts = record(key, lk, now, s.last_ts, s.total, base, r0, rb, s.cost, win)
+    if reserve then
+      local pk = reservations_key(KEYS[3 * i - 1])
+      redis.call('ZADD', pk, fmt(now + life), string.format('%d', ts) .. ':' .. ARGV[1 + 2 * n + i])
+      local t = redis.call('PTTL', key)
+      if t > redis.call('PTTL', pk) then redis.call('PEXPIRE', pk, t) end
+    end
     local nxt = s.nxt or math.max(ts + win, s.bend)
     if s.ok and s.bend <= now then
       r = {1, s.lim - used - s.cost, 0, ts + win, used + s.cost, ts, 0, nxt}

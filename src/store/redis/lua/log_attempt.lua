@@ -22,7 +22,7 @@ blocked returns only {remaining, recorded, next_us}: the rest follows
 stable 0), and a reply of eight numbers costs Redis about 3 % more of the
 call. ]]
 
-local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])
+local key = KEYS[1]
 local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local flags, force = ARGV[4], false
 if flags and flags ~= '' then
@@ -30,6 +30,7 @@ if flags and flags ~= '' then
   if string.find(flags, 'k', 1, true) then keep = KEYS[2]; bkeep = KEYS[3] end
 end
 local now = clock(ARGV[5])
+local lk, bend = ledger_block(KEYS[2], KEYS[3], key, now)
 local base, r0, rb = trim(key, lk, now - win, true)
 local total, last_ts = newest(key, base)
 local rt, rlast = rb, nil

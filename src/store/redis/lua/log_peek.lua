@@ -1,12 +1,14 @@
 --[[ The sliding log's peek, after prelude_base.lua and prelude_log.lua (also
 a function of the library). KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV
-lim, win (us), now (us, or ''). Reads only. Returns the fields an attempt
+lim, win (us), now (us, or ''). Reads only, but for giving back the
+entries of reservations that have ended (ledger_block). Returns the fields an attempt
 of cost 1 would, without recording, but stable_us: {allowed, remaining,
 retry_after_us, reset_at_us, used, -1, next_us}. ]]
 
-local key, lk, bend = KEYS[1], ledger_block(KEYS[2], KEYS[3])
+local key = KEYS[1]
 local lim, win = ARGV[1] + 0, ARGV[2] + 0
 local now = clock(ARGV[3])
+local lk, bend = ledger_block(KEYS[2], KEYS[3], key, now)
 local r = (function()
 local cutoff = now - win
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')

@@ -2,16 +2,6 @@
 the search. The scripts of the sliding log start with prelude_base.lua and
 this file. ]]
 
--- The ledger key when it exists (most keys never had a refund), and the
--- end of the key's block: one EXISTS for both, as most keys have neither.
-local function ledger_block(lkey, bk)
-  local n = redis.call('EXISTS', lkey, bk)
-  if n == 0 then return nil, 0 end
-  local b = redis.call('GET', bk)
-  if not b then return lkey, 0 end
-  if n == 2 then return lkey, tonumber(b) end
-  return nil, tonumber(b)
-end
 -- Units the ledger gave back for entries scored at most s (O(log n)).
 local function refunded_upto(lk, s)
   local r = redis.call('ZREVRANGEBYSCORE', lk, s, '-inf', 'LIMIT', '0', '1')
@@ -23,6 +13,69 @@ local function ledger_newest(lk, rb)
   local n = redis.call('ZRANGE', lk, -1, -1, 'WITHSCORES')
   if n[1] and n[2] ~= '-inf' then return tonumber(n[1]), tonumber(n[2]) end
   return rb, nil
+end
+-- Give back the units of the log entry scored tsa (a string, as recorded)
+-- of `cost` units, by adding it to the ledger lk (see log_refund_body.lua).
+-- Returns 1, or 0 when there is nothing to give back: the entry is gone,
+-- holds another cost, or was given back already (so twice gives back once).
+local function give_back(key, lk, tsa, cost)
+  local e = redis.call('ZRANGEBYSCORE', key, tsa, tsa)
+  if not e[1] then return 0 end
+  local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. tsa, '-inf', 'LIMIT', '0', '1')
+  local prev = 0
+  if p[1] then prev = tonumber(p[1]) end
+  if tonumber(e[1]) - prev ~= cost then return 0 end
+  if redis.call('ZCOUNT', lk, tsa, tsa) > 0 then return 0 end
+  local r = refunded_upto(lk, tonumber(tsa))
+  -- later refunds move up by cost, newest first, so that no moved total
+  -- ever meets one not yet moved
+  local later = redis.call('ZRANGEBYSCORE', lk, '(' .. tsa, '+inf', 'WITHSCORES')
+  for i = #later - 1, 1, -2 do
+    redis.call('ZREM', lk, later[i])
+    redis.call('ZADD', lk, later[i + 1], tonumber(later[i]) + cost)
+  end
+  redis.call('ZADD', lk, tsa, r + cost)
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then redis.call('PEXPIRE', lk, ttl) end
+  return 1
+end
+-- The reservations of a log (rl_attempt_all over several hash slots of a
+-- Redis Cluster, store_redis_xslot.c): the ledger's key and a NUL byte, a
+-- name no user key (text) can give, in the log's slot. A sorted set of
+-- members 'score:cost', each an entry of the log recorded by a reservation
+-- not yet confirmed, scored by when the reservation ends.
+local function reservations_key(lkey) return lkey .. '\0p' end
+-- The entries whose reservation ended before now stop counting: given back
+-- through the ledger, as a refund would, before anything reads the log.
+local function end_reservations(pk, key, lkey, now)
+  local c = fmt(now)
+  local x = redis.call('ZRANGEBYSCORE', pk, '-inf', c)
+  for i = 1, #x do
+    local sep = string.find(x[i], ':', 1, true)
+    give_back(key, lkey, string.sub(x[i], 1, sep - 1), string.sub(x[i], sep + 1) + 0)
+  end
+  if x[1] then redis.call('ZREMRANGEBYSCORE', pk, '-inf', c) end
+end
+-- The ledger key when it exists (most keys never had a refund), and the
+-- end of the key's block: one EXISTS for both, as most keys have neither.
+-- Given the log's key and now, the sliding log's reservations are asked in
+-- the same EXISTS (named twice, so that the count tells them apart) and
+-- the ended ones given back first; most keys never had one.
+local function ledger_block(lkey, bk, key, now)
+  local pk = key and reservations_key(lkey)
+  local n
+  if pk then n = redis.call('EXISTS', lkey, bk, pk, pk)
+  else n = redis.call('EXISTS', lkey, bk) end
+  if n == 0 then return nil, 0 end
+  local b = redis.call('GET', bk)
+  if b then n = n - 1 end
+  if n >= 2 then
+    end_reservations(pk, key, lkey, now)
+    n = redis.call('EXISTS', lkey)
+  end
+  if b then b = tonumber(b) else b = 0 end
+  if n == 1 then return lkey, b end
+  return nil, b
 end
 -- The entry at a rank: the live units up to it, net of refunds, and its score.
 local function net_at(key, lk, rank, base, rb)

@@ -1,0 +1,289 @@
+/*-------------------------------------------------------------------------
+ *
+ * store_redis_xslot.c
+ *		rl_attempt_all under Redis Cluster with keys in different hash
+ *		slots: reserve on each slot's master, then confirm or cancel.
+ *
+ * One script can only name keys of one slot, so the keys are grouped by
+ * slot and each group is asked by log_all.lua in reserve mode, on its
+ * slot's master (script_run routes it there, following MOVED and ASK as
+ * any command does). A group whose keys all have room records each key's
+ * entry at once, as an ordinary entry of the log, and marks it reserved
+ * until a deadline (see log_all.lua): so a concurrent rl_attempt, or any
+ * script that counts the key, counts it while it lives, and nothing can
+ * be admitted over a key's limit meanwhile.
+ *
+ * When every group admitted, each is confirmed (log_settle.lua 'c'): the
+ * mark goes, the entry stays where it was recorded. When a group denied,
+ * every group that had reserved is cancelled ('x'): its entries are given
+ * back through the ledger at once, as a refund would. An entry whose mark
+ * outlives its deadline (the backend died, or was stopped, between the two
+ * steps) is given back by the next script that reads the key.
+ *
+ * Every group is asked, even after one denied, so that each key's outcome
+ * is known (the caller reports the key that decided); the reservations of
+ * the groups that had room are then cancelled at once.
+ *
+ * A confirm that fails (the master died, or the reservation had already
+ * ended) undoes the call: every group is cancelled, confirmed ones too,
+ * and the call fails as "Redis cannot answer", so its policy applies. A
+ * cancel that cannot reach its master leaves the units counted there: an
+ * unconfirmed reservation until its deadline, a confirmed entry for its
+ * window. Either way the error leans toward not admitting.
+ *
+ * Like the rest of the store, this file knows nothing of failure policy.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/lock.h"
+
+#include "cluster_slots.h"
+#include "reply_check.h"
+#include "scripts.h"
+#include "settings.h"
+#include "store_redis.h"
+#include "store_redis_int.h"
+
+/* The keys of one hash slot: their places in the call's arrays. */
+typedef struct SlotGroup
+{
+	int			slot;
+	int			n;
+	int			member[RL_MAX_KEYS];
+	bool		reserved;		/* its entries were recorded */
+} SlotGroup;
+
+/*
+ * How long a reservation lives unless confirmed: one second, and twice
+ * slidewin.command_timeout for each slot. Reserving the slots one after
+ * the other, then confirming them, takes a live backend at most one
+ * command_timeout a slot for each step (redirections included), so a
+ * reservation of a live backend is confirmed in time; one of a backend
+ * that died is given back soon after.
+ */
+static int64
+reservation_life_us(int ngroups)
+{
+	return (int64) 1000000 + (int64) 2 * ngroups * slidewin_command_timeout * 1000;
+}
+
+/*
+ * slidewin.test_pause_lock: between reserving and confirming, wait while a
+ * session holds pg_advisory_lock(N), so that a test can stop or kill the
+ * backend there. Off (0) unless a superuser sets it.
+ */
+static void
+test_pause(void)
+{
+	LOCKTAG		tag;
+
+	if (slidewin_test_pause_lock == 0)
+		return;
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, (uint32) slidewin_test_pause_lock, 1);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	LockRelease(&tag, ShareLock, false);
+}
+
+/*
+ * log_settle.lua on group g: confirm (or cancel) the entries recorded for
+ * its keys. True when the reply is checked; then ok tells whether every
+ * key was confirmed (for a cancel, whatever was given back).
+ */
+static bool
+settle(const SlotGroup *g, const RlArgs *args, const RlOutcome *o, bool confirm,
+	   bool *ok, RedisResult *r)
+{
+	StringInfoData keys[2 * RL_MAX_KEYS];
+	const char *k[2 * RL_MAX_KEYS];
+	size_t		klens[2 * RL_MAX_KEYS];
+	char		nums[2 * RL_MAX_KEYS][24];
+	const char *argv[2 * RL_MAX_KEYS + 1];
+	char		why[sizeof(r->message)];
+	const char *tag = redis_store_tags[ALGO_SLIDING_LOG];
+
+	argv[0] = confirm ? "c" : "x";
+	for (int i = 0; i < g->n; i++)
+	{
+		int			m = g->member[i];
+
+		redis_store_key(&keys[2 * i], tag, &args[m]);
+		redis_store_ledger_key(&keys[2 * i + 1], tag, &args[m]);
+		k[2 * i] = keys[2 * i].data;
+		klens[2 * i] = keys[2 * i].len;
+		k[2 * i + 1] = keys[2 * i + 1].data;
+		klens[2 * i + 1] = keys[2 * i + 1].len;
+		snprintf(nums[2 * i], 24, INT64_FORMAT, o[m].recorded_ts);
+		snprintf(nums[2 * i + 1], 24, INT64_FORMAT, args[m].cost);
+		argv[1 + 2 * i] = nums[2 * i];
+		argv[2 + 2 * i] = nums[2 * i + 1];
+	}
+	script_run(SCRIPT_LOG_SETTLE, 2 * g->n, k, klens, 1 + 2 * g->n, argv, r);
+	for (int i = 0; i < 2 * g->n; i++)
+		pfree(keys[i].data);
+	if (!confirm && r->status != RS_OK)
+	{
+		/* a cancel that failed: what it would have given back ends by itself */
+		if (r->reply)
+			freeReplyObject(r->reply);
+		r->reply = NULL;
+		return false;
+	}
+	if (confirm && !redis_store_settle(r))
+		return false;
+	if (!reply_check_settle(r->reply, g->n, confirm, why, sizeof(why)))
+		return redis_store_refuse(r, "%s", why);
+	*ok = true;
+	for (size_t i = 0; i < r->reply->elements; i++)
+		if (r->reply->element[i]->integer != 1)
+			*ok = false;
+	freeReplyObject(r->reply);
+	r->reply = NULL;
+	return true;
+}
+
+/*
+ * Cancel every group that reserved, as far as each master answers; what a
+ * master does not hear of ends by itself (an unconfirmed reservation) or
+ * stays counted (a confirmed entry). Never ERRORs for Redis' sake.
+ */
+static void
+cancel_all(SlotGroup *groups, int ngroups, const RlArgs *args, const RlOutcome *o)
+{
+	for (int g = 0; g < ngroups; g++)
+	{
+		RedisResult u;
+		bool		ok;
+
+		if (!groups[g].reserved)
+			continue;
+		memset(&u, 0, sizeof(u));
+		(void) settle(&groups[g], args, o, false, &ok, &u);
+	}
+}
+
+/*
+ * The outcome of a key that had room, reserved and was cancelled because
+ * another key denied: as log_all.lua reports a key with room that was not
+ * charged (allowed 3, see store_redis_all.c).
+ */
+static void
+uncharge(RlOutcome *o, int64 cost)
+{
+	o->allowed = false;
+	o->blocked = false;
+	o->remaining += cost;
+	o->used -= cost;
+	o->retry_us = 0;
+	o->stable_us = 0;
+	if (o->used <= 0)
+		o->reset_at_us = o->recorded_ts;
+	o->recorded_ts = -1;
+	o->entry_ts = -1;
+}
+
+bool
+redis_store_attempt_xslot(int n, const RlArgs *args, RedisRunAll run_slot,
+						  RlOutcome *o, RedisResult *r)
+{
+	SlotGroup	groups[RL_MAX_KEYS];
+	int			ngroups = 0;
+	bool		denied = false;
+	bool		force = args[0].force;
+	int64		life_us;
+	const char *tag = redis_store_tags[ALGO_SLIDING_LOG];
+
+	/* Group the keys by the slot of their log (ledger and block share it). */
+	for (int i = 0; i < n; i++)
+	{
+		StringInfoData key;
+		int			slot,
+					g;
+
+		redis_store_key(&key, tag, &args[i]);
+		slot = cluster_key_slot(key.data, key.len);
+		pfree(key.data);
+		for (g = 0; g < ngroups; g++)
+			if (groups[g].slot == slot)
+				break;
+		if (g == ngroups)
+		{
+			groups[g].slot = slot;
+			groups[g].n = 0;
+			groups[g].reserved = false;
+			ngroups++;
+		}
+		groups[g].member[groups[g].n++] = i;
+	}
+	life_us = reservation_life_us(ngroups);
+
+	/* First step: reserve on every slot's master. */
+	for (int g = 0; g < ngroups; g++)
+	{
+		RlArgs		gargs[RL_MAX_KEYS];
+		RlOutcome	gout[RL_MAX_KEYS];
+
+		/* what the caller set before (the limit judged) stays */
+		for (int i = 0; i < groups[g].n; i++)
+		{
+			gargs[i] = args[groups[g].member[i]];
+			gout[i] = o[groups[g].member[i]];
+		}
+		if (!run_slot(groups[g].n, gargs, life_us, gout, r))
+		{
+			cancel_all(groups, ngroups, args, o);
+			return false;
+		}
+		for (int i = 0; i < groups[g].n; i++)
+		{
+			int			m = groups[g].member[i];
+
+			o[m] = gout[i];
+			if (o[m].recorded_ts >= 0)
+				groups[g].reserved = true;
+			if (!o[m].allowed)
+				denied = true;
+		}
+	}
+
+	/* A key denied (and the call is not shadowed): nothing is charged. */
+	if (denied && !force)
+	{
+		cancel_all(groups, ngroups, args, o);
+		for (int g = 0; g < ngroups; g++)
+			for (int i = 0; groups[g].reserved && i < groups[g].n; i++)
+			{
+				int			m = groups[g].member[i];
+
+				if (o[m].allowed)
+					uncharge(&o[m], args[m].cost);
+			}
+		return true;
+	}
+
+	test_pause();
+
+	/* Second step: confirm on every slot's master. */
+	for (int g = 0; g < ngroups; g++)
+	{
+		bool		ok = false;
+
+		if (!groups[g].reserved)
+			continue;
+		if (!settle(&groups[g], args, o, true, &ok, r) || !ok)
+		{
+			if (r->status == RS_OK)
+			{
+				/* the reservation had ended: the call cannot stand */
+				r->status = RS_FAIL_TIMEOUT;
+				snprintf(r->message, sizeof(r->message),
+						 "a reservation of rl_attempt_all ended before it was confirmed");
+			}
+			cancel_all(groups, ngroups, args, o);
+			return false;
+		}
+	}
+	return true;
+}

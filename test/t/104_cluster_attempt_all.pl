@@ -1,0 +1,205 @@
+# rl_attempt_all on a 3-master Redis Cluster with keys in different hash
+# slots: reserved on each slot's master, then confirmed or cancelled
+# (src/store/redis/store_redis_xslot.c).
+#
+#  - keys in different slots are admitted all or none, and a denial by one
+#    key leaves the others uncharged;
+#  - a reservation counts for a concurrent rl_attempt of its key while it
+#    lives (slidewin.test_pause_lock holds the call between the two steps);
+#  - a backend killed between the steps leaves a reservation that stops
+#    counting within its life (1 s + 2 x command_timeout per slot);
+#  - a confirm that comes after the reservation ended, and was given back,
+#    fails the call and charges no key;
+#  - 8 pgbench clients, calls over 2-4 keys of 6 in different slots mixed
+#    with single-key rl_attempt calls of the same keys: every call all or
+#    none, no key over its limit, each key's units the sum of the admitted
+#    calls' costs.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use SlidewinTest;
+
+my $cluster = SlidewinTest::start_cluster(masters => 3, replicas => 0);
+my $url     = $cluster->{url};
+
+my $node = SlidewinTest::new_node('xslot', undef,
+	[ "slidewin.redis_url = '$url'", 'slidewin.redis_retry_interval = 0',
+	  "shared_preload_libraries = 'slidewin'", 'max_connections = 40' ]);
+
+sub run_sql { return SlidewinTest::node_sql($node, @_) }
+
+sub fnv
+{
+	my ($s) = @_;
+	my $h = 2166136261;
+	for my $b (unpack 'C*', $s)
+	{
+		$h ^= $b;
+		$h = ($h * 16777619) % 4294967296;
+	}
+	return sprintf '%08x', $h;
+}
+sub logkey { my ($k) = @_; return 'slidewin:{' . fnv($k) . "}log:$k" }
+
+my @masters = SlidewinTest::cluster_masters($cluster);
+sub slot_of { return scalar $masters[0]->cli('cluster', 'keyslot', logkey($_[0])) }
+
+# Units charged to a key in its hour window, as rl_peek counts them.
+sub units
+{
+	my ($k, $lim) = @_;
+	my $rem = $node->safe_psql('postgres', "SELECT (rl_peek('$k', $lim, '1 hour')).remaining");
+	return $lim - $rem;
+}
+
+my @abc = qw(xa xb xc);
+my %slots = map { (slot_of($_) => 1) } @abc;
+is(scalar keys %slots, 3, 'the three keys lie in three different hash slots');
+
+# ---------------------------------------------------------------------
+# All or none
+# ---------------------------------------------------------------------
+my $call = q{SELECT allowed, key FROM rl_attempt_all_rows(ARRAY['xa','xb','xc'], ARRAY[5,3,8],
+	ARRAY['1 hour','1 hour','1 hour']::interval[], ARRAY[1,1,2], on_redis_error => 'error')};
+for my $i (1 .. 3)
+{
+	my ($o, $e) = run_sql($call);
+	is($o, "t|xa\nt|xb\nt|xc", "call $i over three slots: every key admitted");
+	is($e, '', "call $i: no error");
+}
+is(join(',', units('xa', 5), units('xb', 3), units('xc', 8)), '3,3,6',
+	'three calls charged each key its cost three times');
+my ($o, $e) = run_sql($call);
+is($o, "f|xa\nf|xb\nf|xc", 'call 4: xb is full, no key admitted');
+($o, $e) = run_sql(q{SELECT allowed, lim FROM rl_attempt_all(ARRAY['xa','xb','xc'], ARRAY[5,3,8],
+	ARRAY['1 hour','1 hour','1 hour']::interval[], ARRAY[1,1,2], on_redis_error => 'error')});
+is($o, 'f|3', 'rl_attempt_all: denied, by xb (lim 3)');
+is(join(',', units('xa', 5), units('xb', 3), units('xc', 8)), '3,3,6',
+	'the denied calls charged no key: xa and xc, which had room, were given back');
+($o, $e) = run_sql(q{SELECT allowed FROM rl_attempt_all_rows(ARRAY['xa','xc'], ARRAY[5,8],
+	ARRAY['1 hour','1 hour']::interval[], ARRAY[2,2], on_redis_error => 'error')});
+is($o, "t\nt", 'xa and xc still have the room the denied calls reserved and gave back');
+is(join(',', units('xa', 5), units('xc', 8)), '5,8', 'xa and xc are now full');
+
+# ---------------------------------------------------------------------
+# Between the two steps
+# ---------------------------------------------------------------------
+# A session holding pg_advisory_lock(4242) stops a call whose
+# slidewin.test_pause_lock is 4242 after it reserved, before it confirms.
+my $holder = $node->background_psql('postgres', on_error_stop => 0);
+my $caller = $node->background_psql('postgres', on_error_stop => 0);
+$holder->query_safe('SELECT pg_advisory_lock(4242)');
+$caller->query_safe('SET slidewin.test_pause_lock = 4242');
+
+sub start_paused_call
+{
+	my ($keys) = @_;
+	$caller->{stdin} .= "SELECT allowed FROM rl_attempt_all_rows(ARRAY[$keys], ARRAY[1,1],
+		ARRAY['1 hour','1 hour']::interval[], on_redis_error => 'error');\n";
+	$caller->{run}->pump_nb;
+	$node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE wait_event_type = 'Lock' AND query LIKE '%rl_attempt_all_rows%'})
+	  or die 'the call did not pause';
+}
+
+# A reservation counts for a concurrent rl_attempt of its key.
+my $life = 1 + 2 * 2 * 0.1;
+start_paused_call(q{'ya','yb'});
+isnt(slot_of('ya'), slot_of('yb'), 'ya and yb lie in different slots');
+($o) = run_sql(q{SELECT allowed FROM rl_attempt('ya', 1, '1 hour', on_redis_error => 'error')});
+is($o, 'f', 'a reservation counts: rl_attempt of its key, concurrent, is denied');
+($o) = run_sql(q{SELECT allowed FROM rl_peek('yb', 1, '1 hour', on_redis_error => 'error')});
+is($o, 'f', 'and rl_peek sees it too');
+
+# The backend dies between the two steps.
+my $killed = time;
+$node->safe_psql('postgres', q{
+	SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	 WHERE query LIKE '%rl_attempt_all_rows%' AND pid <> pg_backend_pid()});
+eval { $caller->quit; };
+my $freed;
+for (1 .. 100)
+{
+	($o) = run_sql(q{SELECT allowed FROM rl_peek('ya', 1, '1 hour', on_redis_error => 'error')});
+	if ($o eq 't') { $freed = time; last }
+	usleep(50_000);
+}
+ok(defined $freed, 'the killed backend\'s reservation of ya stopped counting');
+cmp_ok(($freed // 99) - $killed, '<', $life + 0.5,
+	sprintf('within its life (%.2f s after the kill; life %.1f s)', ($freed // 99) - $killed, $life));
+($o) = run_sql(q{SELECT allowed FROM rl_attempt('yb', 1, '1 hour', on_redis_error => 'error')});
+is($o, 't', 'yb\'s reservation ended too: its unit is free for rl_attempt');
+($o) = run_sql(q{SELECT allowed FROM rl_attempt('ya', 1, '1 hour', on_redis_error => 'error')});
+is($o, 't', 'and ya\'s');
+
+# A confirm that comes after its reservation ended and was given back (a
+# peek read the key after its life) fails the call, and no key is charged.
+$caller = $node->background_psql('postgres', on_error_stop => 0);
+$caller->query_safe('SET slidewin.test_pause_lock = 4242');
+start_paused_call(q{'za','zb'});
+usleep(int(($life + 0.3) * 1_000_000));
+($o) = run_sql(q{SELECT allowed FROM rl_peek('za', 1, '1 hour', on_redis_error => 'error')});
+is($o, 't', 'a reservation past its life no longer counts');
+$holder->query_safe('SELECT pg_advisory_unlock(4242)');
+($o, $e) = SlidewinTest::session_sql($caller, 'SELECT 1');
+like($caller->{stderr} . $e, qr/ERROR/, 'the late confirm fails the call') or diag($o);
+is(join(',', units('za', 1), units('zb', 1)), '0,0', 'and neither key is charged');
+$caller->quit;
+$holder->quit;
+
+# ---------------------------------------------------------------------
+# Under load
+# ---------------------------------------------------------------------
+$node->safe_psql('postgres', q{
+	CREATE TABLE keys (k text PRIMARY KEY, l bigint);
+	INSERT INTO keys SELECT 'w' || i, 20 + 7 * i FROM generate_series(1, 6) i;
+	CREATE SEQUENCE calls;
+	CREATE TABLE outcome (call bigint, k text, cost bigint, allowed boolean);
+});
+my %wslots = map { (slot_of("w$_") => 1) } 1 .. 6;
+is(scalar keys %wslots, 6, 'the six keys of the load lie in six slots');
+$node->pgbench('-n -c 8 -j 2 -t 150', 0, [qr{processed: 1200/1200}], [qr{^$}],
+	'8 clients x 150 calls: over 2-4 of 6 keys in different slots, or one key',
+	{ '104_all' => q{
+		\set n random(2, 4)
+		WITH pick AS MATERIALIZED (
+		       SELECT k, l, (1 + floor(random() * 3))::bigint AS c
+		         FROM keys ORDER BY random() LIMIT :n),
+		     arr AS (SELECT array_agg(k ORDER BY k) ks, array_agg(l ORDER BY k) ls,
+		                    array_agg(c ORDER BY k) cs FROM pick),
+		     id AS (SELECT nextval('calls') AS call)
+		INSERT INTO outcome
+		SELECT id.call, r.key, pick.c, r.allowed
+		  FROM arr, id,
+		       rl_attempt_all_rows(arr.ks, arr.ls, array_fill('1 hour'::interval, ARRAY[:n]),
+		                           arr.cs, on_redis_error => 'error') r
+		  JOIN pick ON pick.k = r.key;
+	  }, '104_one' => q{
+		\set i random(1, 6)
+		INSERT INTO outcome
+		SELECT nextval('calls'), k, 1, (rl_attempt(k, l, '1 hour', on_redis_error => 'error')).allowed
+		  FROM keys WHERE k = 'w' || :i;
+	  } });
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM (SELECT call FROM outcome GROUP BY call
+	                      HAVING bool_or(allowed) <> bool_and(allowed)) s}),
+	'0', 'every call admitted all its keys or none');
+my ($admitted, $denied) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT count(*) FILTER (WHERE a AND n > 1), count(*) FILTER (WHERE NOT a AND n > 1)
+	  FROM (SELECT bool_and(allowed) a, count(*) n FROM outcome GROUP BY call) s});
+cmp_ok($admitted, '>', 10, "$admitted calls over several keys admitted");
+cmp_ok($denied, '>', 100, "$denied calls over several keys denied (the keys filled up)");
+foreach my $row (split /\n/, $node->safe_psql('postgres', 'SELECT k, l FROM keys ORDER BY k'))
+{
+	my ($k, $lim) = split /\|/, $row;
+	my $sum = $node->safe_psql('postgres',
+		"SELECT coalesce(sum(cost), 0) FROM outcome WHERE k = '$k' AND allowed");
+	cmp_ok($sum, '<=', $lim, "$k: admitted units ($sum) within its limit ($lim)");
+	is(units($k, $lim), $sum, "$k: the units Redis counts are the admitted calls' costs ($sum)");
+}
+
+done_testing();
