@@ -240,9 +240,9 @@ settings_define(const SettingsHooks *hooks)
 							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("slidewin.test_pause_lock",
-							gettext_noop("For tests: an advisory lock key the fallback store waits on between reading a key and deciding."),
+							gettext_noop("For tests: an advisory lock key the fallback store waits on between reading a key and deciding, and rl_attempt_all over several Redis Cluster slots between reserving and confirming."),
 							gettext_noop("0 means never. A session holding pg_advisory_lock(N) stops other "
-										 "sessions' fallback calls there, so that a test can change the key meanwhile."),
+										 "sessions' calls there, so that a test can change the key, or stop the backend, meanwhile."),
 							&slidewin_test_pause_lock,
 							0, 0, INT_MAX,
 							PGC_SUSET,

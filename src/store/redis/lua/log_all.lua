@@ -6,15 +6,15 @@ KEYS: for each of the n user keys, its log, its ledger and its block
 (3n keys). ARGV: n, then lim1..limn, win1..winn (us), cost1..costn, then
 flags ('f' force: record every key whatever the answer, for shadow mode;
 'k' under Redis Cluster, as in log_attempt.lua; 'r' reserve: each entry
-recorded is a reservation, see below) and now (us; '': Redis TIME), then with 'r' the reservations'
-life (us). Every key is read first; only if every one has room, and none
+recorded is a reservation, see below) and now (us; '': Redis TIME), then
+with 'r' the reservations' life (us). Every key is read first; only if every one has room, and none
 is blocked, is every one recorded.
 A reservation (keys of one hash slot of a call over several slots, see
 store_redis_xslot.c) is an ordinary entry of the key's log, so that it
-counts for every caller at once, and a member 'score:cost' of the log's
-reservations key (reservations_key), scored by when it ends: it is
-confirmed by removing that member (log_settle.lua), and an entry whose
-reservation ended first is given back (end_reservations).
+counts for every caller at once, and a member 'end:score:cost' of the
+log's ledger scored +inf (see reservations): it is confirmed by removing
+that member (log_settle.lua), and an entry whose reservation ended first
+is given back (end_reservations).
 Returns 8n integers, for each key in order {allowed, remaining,
 retry_after_us, reset_at_us, used, recorded, stable_us, next_us} as
 log_attempt.lua's full reply, where allowed is 1 (recorded, within its
@@ -55,10 +55,9 @@ for i = 1, n do
   if all or force then
     local ts = record(key, lk, now, s.last_ts, s.total, base, r0, rb, s.cost, win)
     if reserve then
-      local pk = reservations_key(KEYS[3 * i - 1])
-      redis.call('ZADD', pk, fmt(now + life), string.format('%d', ts) .. ':' .. ARGV[1 + 2 * n + i])
-      local t = redis.call('PTTL', key)
-      if t > redis.call('PTTL', pk) then redis.call('PEXPIRE', pk, t) end
+      local lkey = KEYS[3 * i - 1]
+      redis.call('ZADD', lkey, '+inf', string.format('%d:%d:', now + life, ts) .. ARGV[1 + 2 * n + i])
+      redis.call('PEXPIRE', lkey, redis.call('PTTL', key))
     end
     local nxt = s.nxt or math.max(ts + win, s.bend)
     if s.ok and s.bend <= now then

@@ -20,7 +20,11 @@ local out = {}
 for i = 1, #KEYS / 2 do
   local key, lk = KEYS[2 * i - 1], KEYS[2 * i]
   local tsa, costa = ARGV[2 * i], ARGV[2 * i + 1]
-  local held = redis.call('ZREM', reservations_key(lk), tsa .. ':' .. costa)
+  local held = 0
+  for _, m in ipairs(reservations(lk)) do
+    local ts, c = string.match(m, '^%d+:(%d+):(%d+)$')
+    if ts == tsa and c == costa then held = redis.call('ZREM', lk, m) end
+  end
   if mode == 'c' then
     out[i] = held
     if held == 0 and redis.call('ZCOUNT', key, tsa, tsa) == 1

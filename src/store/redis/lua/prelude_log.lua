@@ -11,6 +11,10 @@ end
 -- The ledger's newest running total and the score it refunds (nil if none).
 local function ledger_newest(lk, rb)
   local n = redis.call('ZRANGE', lk, -1, -1, 'WITHSCORES')
+  if n[2] == 'inf' then
+    -- reservations are there, scored +inf: the newest refund is below them
+    n = redis.call('ZRANGE', lk, '(+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
+  end
   if n[1] and n[2] ~= '-inf' then return tonumber(n[1]), tonumber(n[2]) end
   return rb, nil
 end
@@ -29,7 +33,7 @@ local function give_back(key, lk, tsa, cost)
   local r = refunded_upto(lk, tonumber(tsa))
   -- later refunds move up by cost, newest first, so that no moved total
   -- ever meets one not yet moved
-  local later = redis.call('ZRANGEBYSCORE', lk, '(' .. tsa, '+inf', 'WITHSCORES')
+  local later = redis.call('ZRANGEBYSCORE', lk, '(' .. tsa, '(+inf', 'WITHSCORES')
   for i = #later - 1, 1, -2 do
     redis.call('ZREM', lk, later[i])
     redis.call('ZADD', lk, later[i + 1], tonumber(later[i]) + cost)
@@ -40,42 +44,39 @@ local function give_back(key, lk, tsa, cost)
   return 1
 end
 -- The reservations of a log (rl_attempt_all over several hash slots of a
--- Redis Cluster, store_redis_xslot.c): the ledger's key and a NUL byte, a
--- name no user key (text) can give, in the log's slot. A sorted set of
--- members 'score:cost', each an entry of the log recorded by a reservation
--- not yet confirmed, scored by when the reservation ends.
-local function reservations_key(lkey) return lkey .. '\0p' end
+-- Redis Cluster, store_redis_xslot.c) are members of its ledger scored
+-- +inf, out of the way of the refunds' scores: 'end:score:cost', each an
+-- entry of the log recorded by a reservation not yet confirmed, and the
+-- time (us) at which the reservation ends. The ledger is one of the keys
+-- every script names, so a slot being migrated finds them where it finds
+-- the log. Each is a string that no refund's member (a number) can be.
+local function reservations(lk)
+  return redis.call('ZRANGEBYSCORE', lk, '+inf', '+inf')
+end
 -- The entries whose reservation ended before now stop counting: given back
 -- through the ledger, as a refund would, before anything reads the log.
-local function end_reservations(pk, key, lkey, now)
-  local c = fmt(now)
-  local x = redis.call('ZRANGEBYSCORE', pk, '-inf', c)
-  for i = 1, #x do
-    local sep = string.find(x[i], ':', 1, true)
-    give_back(key, lkey, string.sub(x[i], 1, sep - 1), string.sub(x[i], sep + 1) + 0)
+local function end_reservations(key, lk, now)
+  for _, m in ipairs(reservations(lk)) do
+    local e, ts, c = string.match(m, '^(%d+):(%d+):(%d+)$')
+    if e and e + 0 <= now then
+      give_back(key, lk, ts, c + 0)
+      redis.call('ZREM', lk, m)
+    end
   end
-  if x[1] then redis.call('ZREMRANGEBYSCORE', pk, '-inf', c) end
 end
 -- The ledger key when it exists (most keys never had a refund), and the
 -- end of the key's block: one EXISTS for both, as most keys have neither.
--- Given the log's key and now, the sliding log's reservations are asked in
--- the same EXISTS (named twice, so that the count tells them apart) and
--- the ended ones given back first; most keys never had one.
+-- Given the log's key and now, the ended reservations of a sliding log are
+-- given back first; only a key with a ledger can have any (one ZRANGE more).
 local function ledger_block(lkey, bk, key, now)
-  local pk = key and reservations_key(lkey)
-  local n
-  if pk then n = redis.call('EXISTS', lkey, bk, pk, pk)
-  else n = redis.call('EXISTS', lkey, bk) end
+  local n = redis.call('EXISTS', lkey, bk)
   if n == 0 then return nil, 0 end
   local b = redis.call('GET', bk)
   if b then n = n - 1 end
-  if n >= 2 then
-    end_reservations(pk, key, lkey, now)
-    n = redis.call('EXISTS', lkey)
-  end
   if b then b = tonumber(b) else b = 0 end
-  if n == 1 then return lkey, b end
-  return nil, b
+  if n == 0 then return nil, b end
+  if key then end_reservations(key, lkey, now) end
+  return lkey, b
 end
 -- The entry at a rank: the live units up to it, net of refunds, and its score.
 local function net_at(key, lk, rank, base, rb)
@@ -169,11 +170,13 @@ local function record(key, lk, now, last_ts, total, base, r0, rb, cost, win)
     end
     total = total - base
     if lk then
-      local refs = redis.call('ZRANGEBYSCORE', lk, '(-inf', '+inf', 'WITHSCORES')
+      local refs = redis.call('ZRANGEBYSCORE', lk, '(-inf', '(+inf', 'WITHSCORES')
+      local held = reservations(lk)
       redis.call('DEL', lk)
       for i = 1, #refs, 2 do
         redis.call('ZADD', lk, refs[i + 1], tonumber(refs[i]) - rb)
       end
+      for _, m in ipairs(held) do redis.call('ZADD', lk, '+inf', m) end
     end
   end
   if ts == now then redis.call('ZADD', key, clock_s, string.format('%d', total + cost))
