@@ -12,6 +12,8 @@
  *   r                                             a refund's reply
  *   b DURATION_US CLOCK                           rl_block's reply
  *   u                                             rl_unblock's reply
+ *   s M C                                         log_settle.lua's reply for M
+ *                                                 keys (1..16), C 1 confirm, 0 cancel
  *
  * ALGO is 0..4 (sliding_log, sliding_counter, fixed_window, token_bucket,
  * multi); FLAGS bit 1 is peek and bit 2 force; CLOCK is the test clock in
@@ -61,6 +63,8 @@ typedef struct Header
 	ReplyCall	call;
 	ReplyBlockCall block;
 	int64_t		lims[MAX_WINDOWS];
+	int			settle_keys;	/* 's': keys of the slot */
+	bool		settle_confirm;
 } Header;
 
 /* Read the next number from *p (up to end); false when there is none. */
@@ -119,6 +123,18 @@ parse_header(const char *s, const char *end, Header *h)
 			h->block.clock_set = true;
 			h->block.clock_us = dash ? (int64_t) ((uint64_t) 0 - v) : (int64_t) v;
 		}
+		return true;
+	}
+	if (h->kind == 's')
+	{
+		uint64_t	v;
+
+		h->settle_keys = 2;
+		h->settle_confirm = true;
+		if (next_number(&p, end, &v, &dash))
+			h->settle_keys = (int) in_range(v, 1, 16);
+		if (next_number(&p, end, &v, &dash))
+			h->settle_confirm = v != 0;
 		return true;
 	}
 	if (h->kind != 'o')
@@ -203,6 +219,23 @@ check_one(const Header *h, const redisReply *r)
 					 r->integer >= 0 && r->integer <= RESET_KEYS));
 		if (!ok)
 			CHECK(why[0] != '\0');
+		return;
+	}
+	if (h->kind == 's')
+	{
+		bool		ok = reply_check_settle(r, h->settle_keys, h->settle_confirm,
+										why, sizeof(why));
+
+		/* what store_redis_xslot.c reads: one 0 or 1 per key */
+		if (ok)
+		{
+			CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == (size_t) h->settle_keys);
+			for (size_t i = 0; i < r->elements; i++)
+				CHECK(r->element[i]->type == REDIS_REPLY_INTEGER &&
+					  (r->element[i]->integer == 0 || r->element[i]->integer == 1));
+		}
+		else
+			CHECK(why[0] != '\0' && memchr(why, '\0', sizeof(why)) != NULL);
 		return;
 	}
 	if (h->kind == 'b' || h->kind == 'u')
