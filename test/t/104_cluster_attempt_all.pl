@@ -4,6 +4,7 @@
 #
 #  - keys in different slots are admitted all or none, and a denial by one
 #    key leaves the others uncharged;
+#  - confirmed entries are ordinary entries: refund_on_abort gives them back;
 #  - a reservation counts for a concurrent rl_attempt of its key while it
 #    lives (slidewin.test_pause_lock holds the call between the two steps);
 #  - a backend killed between the steps leaves a reservation that stops
@@ -83,6 +84,19 @@ is(join(',', units('xa', 5), units('xb', 3), units('xc', 8)), '3,3,6',
 	ARRAY['1 hour','1 hour']::interval[], ARRAY[2,2], on_redis_error => 'error')});
 is($o, "t\nt", 'xa and xc still have the room the denied calls reserved and gave back');
 is(join(',', units('xa', 5), units('xc', 8)), '5,8', 'xa and xc are now full');
+
+# A confirmed reservation is an ordinary entry: refund_on_abort gives it back.
+isnt(slot_of('ra'), slot_of('rb'), 'ra and rb lie in different slots');
+($o, $e) = run_sql(q{BEGIN;
+	SELECT allowed FROM rl_attempt_all(ARRAY['ra','rb'], ARRAY[4,4],
+	  ARRAY['1 hour','1 hour']::interval[], ARRAY[3,1], refund_on_abort => true);
+	ROLLBACK;});
+is($o, 't', 'admitted inside a transaction');
+is(join(',', units('ra', 4), units('rb', 4)), '0,0', 'ROLLBACK gave every key its units back');
+($o) = run_sql(q{SELECT allowed FROM rl_attempt_all(ARRAY['ra','rb'], ARRAY[4,4],
+	  ARRAY['1 hour','1 hour']::interval[], ARRAY[3,1])});
+is($o, 't', 'and the keys admit the same call again');
+is(join(',', units('ra', 4), units('rb', 4)), '3,1', 'charged once');
 
 # ---------------------------------------------------------------------
 # Between the two steps
