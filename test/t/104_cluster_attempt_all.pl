@@ -56,6 +56,21 @@ sub units
 	return $lim - $rem;
 }
 
+# Reservations still held in a key's ledger (members scored +inf), read
+# straight from Redis (a script would give back the ended ones first).
+sub held
+{
+	my ($k) = @_;
+	my $lk = 'slidewin:{' . fnv($k) . "}logr:$k";
+	my $n = 0;
+	for my $m (@masters)
+	{
+		my $c = scalar $m->cli('zcount', $lk, '+inf', '+inf');
+		$n += $c if $c =~ /^\d+$/;
+	}
+	return $n;
+}
+
 my @abc = qw(xa xb xc);
 my %slots = map { (slot_of($_) => 1) } @abc;
 is(scalar keys %slots, 3, 'the three keys lie in three different hash slots');
@@ -75,6 +90,7 @@ is(join(',', units('xa', 5), units('xb', 3), units('xc', 8)), '3,3,6',
 	'three calls charged each key its cost three times');
 my ($o, $e) = run_sql($call);
 is($o, "f|xa\nf|xb\nf|xc", 'call 4: xb is full, no key admitted');
+is(held('xa') + held('xc'), 0, 'the reservations of xa and xc were removed at once');
 ($o, $e) = run_sql(q{SELECT allowed, lim FROM rl_attempt_all(ARRAY['xa','xb','xc'], ARRAY[5,3,8],
 	ARRAY['1 hour','1 hour','1 hour']::interval[], ARRAY[1,1,2], on_redis_error => 'error')});
 is($o, 'f|3', 'rl_attempt_all: denied, by xb (lim 3)');
@@ -106,7 +122,9 @@ is(join(',', units('ra', 4), units('rb', 4)), '3,1', 'charged once');
 my $holder = $node->background_psql('postgres', on_error_stop => 0);
 my $caller = $node->background_psql('postgres', on_error_stop => 0);
 $holder->query_safe('SELECT pg_advisory_lock(4242)');
-$caller->query_safe('SET slidewin.test_pause_lock = 4242');
+# command_timeout 1 s: the call's reservations over 2 slots live 1 + 2 x 2 x 1 = 5 s,
+# long enough for the checks below to run inside it on a loaded machine.
+$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 1000');
 
 sub start_paused_call
 {
@@ -121,13 +139,17 @@ sub start_paused_call
 }
 
 # A reservation counts for a concurrent rl_attempt of its key.
-my $life = 1 + 2 * 2 * 0.1;
-start_paused_call(q{'ya','yb'});
+my $life = 1 + 2 * 2 * 1;
 isnt(slot_of('ya'), slot_of('yb'), 'ya and yb lie in different slots');
+isnt(slot_of('za'), slot_of('zb'), 'za and zb lie in different slots');
+my $reserved = time;
+start_paused_call(q{'ya','yb'});
 ($o) = run_sql(q{SELECT allowed FROM rl_attempt('ya', 1, '1 hour', on_redis_error => 'error')});
 is($o, 'f', 'a reservation counts: rl_attempt of its key, concurrent, is denied');
 ($o) = run_sql(q{SELECT allowed FROM rl_peek('yb', 1, '1 hour', on_redis_error => 'error')});
 is($o, 'f', 'and rl_peek sees it too');
+is(held('ya') . ',' . held('yb'), '1,1', 'the paused call holds a reservation of each key');
+cmp_ok(time - $reserved, '<', $life - 1, 'all that within the reservations\' life');
 
 # The backend dies between the two steps.
 my $killed = time;
@@ -135,6 +157,8 @@ $node->safe_psql('postgres', q{
 	SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	 WHERE query LIKE '%rl_attempt_all_rows%' AND pid <> pg_backend_pid()});
 eval { $caller->quit; };
+($o) = run_sql(q{SELECT allowed FROM rl_peek('ya', 1, '1 hour', on_redis_error => 'error')});
+is($o, 'f', 'right after the kill, the reservation still counts');
 my $freed;
 for (1 .. 100)
 {
@@ -143,8 +167,9 @@ for (1 .. 100)
 	usleep(50_000);
 }
 ok(defined $freed, 'the killed backend\'s reservation of ya stopped counting');
-cmp_ok(($freed // 99) - $killed, '<', $life + 0.5,
-	sprintf('within its life (%.2f s after the kill; life %.1f s)', ($freed // 99) - $killed, $life));
+cmp_ok(($freed // 1e10) - $reserved, '<', $life + 1,
+	sprintf('within its life of %.1f s (%.2f s after the call began, %.2f s after the kill)',
+		$life, ($freed // 1e10) - $reserved, ($freed // 1e10) - $killed));
 ($o) = run_sql(q{SELECT allowed FROM rl_attempt('yb', 1, '1 hour', on_redis_error => 'error')});
 is($o, 't', 'yb\'s reservation ended too: its unit is free for rl_attempt');
 ($o) = run_sql(q{SELECT allowed FROM rl_attempt('ya', 1, '1 hour', on_redis_error => 'error')});
@@ -153,7 +178,7 @@ is($o, 't', 'and ya\'s');
 # A confirm that comes after its reservation ended and was given back (a
 # peek read the key after its life) fails the call, and no key is charged.
 $caller = $node->background_psql('postgres', on_error_stop => 0);
-$caller->query_safe('SET slidewin.test_pause_lock = 4242');
+$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 1000');
 start_paused_call(q{'za','zb'});
 usleep(int(($life + 0.3) * 1_000_000));
 ($o) = run_sql(q{SELECT allowed FROM rl_peek('za', 1, '1 hour', on_redis_error => 'error')});
@@ -198,6 +223,8 @@ $node->pgbench('-n -c 8 -j 2 -t 150', 0, [qr{processed: 1200/1200}], [qr{^$}],
 		SELECT nextval('calls'), k, 1, (rl_attempt(k, l, '1 hour', on_redis_error => 'error')).allowed
 		  FROM keys WHERE k = 'w' || :i;
 	  } });
+is(join(',', map { held("w$_") } 1 .. 6), '0,0,0,0,0,0',
+	'no reservation is left behind: each was confirmed or cancelled');
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM (SELECT call FROM outcome GROUP BY call
 	                      HAVING bool_or(allowed) <> bool_and(allowed)) s}),
