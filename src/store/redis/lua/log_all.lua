@@ -7,8 +7,8 @@ KEYS: for each of the n user keys, its log, its ledger and its block
 flags ('f' force: record every key whatever the answer, for shadow mode;
 'k' under Redis Cluster, as in log_attempt.lua; 'r' reserve: each entry
 recorded is a reservation, see below) and now (us; '': Redis TIME), then
-with 'r' the reservations' life (us). Every key is read first; only if every one has room, and none
-is blocked, is every one recorded.
+with 'r' the reservations' life (us). Every key is read first; only if
+every one has room, and none is blocked, is every one recorded.
 A reservation (keys of one hash slot of a call over several slots, see
 store_redis_xslot.c) is an ordinary entry of the key's log, so that it
 counts for every caller at once, and a member 'end:score:cost' of the

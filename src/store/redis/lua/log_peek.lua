@@ -1,9 +1,9 @@
 --[[ The sliding log's peek, after prelude_base.lua and prelude_log.lua (also
 a function of the library). KEYS[1] log, KEYS[2] ledger, KEYS[3] block; ARGV
 lim, win (us), now (us, or ''). Reads only, but for giving back the
-entries of reservations that have ended (ledger_block). Returns the fields an attempt
-of cost 1 would, without recording, but stable_us: {allowed, remaining,
-retry_after_us, reset_at_us, used, -1, next_us}. ]]
+entries of reservations that have ended (ledger_block). Returns the fields
+an attempt of cost 1 would, without recording, but stable_us: {allowed,
+remaining, retry_after_us, reset_at_us, used, -1, next_us}. ]]
 
 local key = KEYS[1]
 local lim, win = ARGV[1] + 0, ARGV[2] + 0
