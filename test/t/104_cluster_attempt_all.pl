@@ -185,7 +185,7 @@ usleep(int(($life + 0.3) * 1_000_000));
 is($o, 't', 'a reservation past its life no longer counts');
 $holder->query_safe('SELECT pg_advisory_unlock(4242)');
 ($o, $e) = SlidewinTest::session_sql($caller, 'SELECT 1');
-like($caller->{stderr} . $e, qr/ERROR/, 'the late confirm fails the call') or diag($o);
+like($caller->{stderr} . $e, qr/ERROR:.*\n.*DETAIL:  a reservation of rl_attempt_all ended before it was confirmed/, 'the late confirm fails the call, saying why') or diag($o);
 is(join(',', units('za', 1), units('zb', 1)), '0,0', 'and neither key is charged');
 $caller->quit;
 $holder->quit;
