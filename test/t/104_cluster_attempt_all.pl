@@ -11,6 +11,9 @@
 #    counting within its life (1 s + 2 x command_timeout per slot);
 #  - a confirm that comes after the reservation ended, and was given back,
 #    fails the call and charges no key;
+#  - a confirm that cannot reach its master (frozen) after another slot
+#    confirmed fails the call: the confirmed slot is given back at once, and
+#    no reservation on the frozen master outlives its life;
 #  - 8 pgbench clients, calls over 2-4 keys of 6 in different slots mixed
 #    with single-key rl_attempt calls of the same keys: every call all or
 #    none, no key over its limit, each key's units the sum of the admitted
@@ -23,7 +26,8 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 use SlidewinTest;
 
-my $cluster = SlidewinTest::start_cluster(masters => 3, replicas => 0);
+# node_timeout 10 s: a master frozen below for a second is not failed over
+my $cluster = SlidewinTest::start_cluster(masters => 3, replicas => 0, node_timeout => 10000);
 my $url     = $cluster->{url};
 
 my $node = SlidewinTest::new_node('xslot', undef,
@@ -187,6 +191,63 @@ $holder->query_safe('SELECT pg_advisory_unlock(4242)');
 ($o, $e) = SlidewinTest::session_sql($caller, 'SELECT 1');
 like($caller->{stderr} . $e, qr/ERROR:.*\n.*DETAIL:  a reservation of rl_attempt_all ended before it was confirmed/, 'the late confirm fails the call, saying why') or diag($o);
 is(join(',', units('za', 1), units('zb', 1)), '0,0', 'and neither key is charged');
+$caller->quit;
+$holder->quit;
+
+# A confirm that cannot reach its master after another slot confirmed: the
+# call fails, the confirmed slot is given back at once, and the reservation
+# on the master that did not answer ends by itself.
+sub master_of
+{
+	my ($k) = @_;
+	my $slot = slot_of($k);
+	for my $line (split /\n/, scalar $masters[0]->cli('cluster', 'nodes'))
+	{
+		my @f = split / /, $line;
+		next unless $f[2] =~ /master/;
+		my ($port) = $f[1] =~ /:(\d+)/;
+		for my $r (@f[ 8 .. $#f ])
+		{
+			my ($lo, $hi) = $r =~ /^(\d+)(?:-(\d+))?$/ or next;
+			$hi //= $lo;
+			return (grep { $_->port == $port } @masters)[0] if $slot >= $lo && $slot <= $hi;
+		}
+	}
+	return undef;
+}
+my ($qa, $qb);
+for my $i (1 .. 50)
+{
+	($qa, $qb) = ("qa$i", "qb$i");
+	last if master_of($qa)->port != master_of($qb)->port;
+}
+isnt(master_of($qa)->port, master_of($qb)->port, "$qa and $qb are on different masters");
+$holder = $node->background_psql('postgres', on_error_stop => 0);
+$holder->query_safe('SELECT pg_advisory_lock(4242)');
+$caller = $node->background_psql('postgres', on_error_stop => 0);
+# 300 ms a command: the reservations live 1 + 2 x 2 x 0.3 = 2.2 s
+$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 300');
+my $qlife = 2.2;
+$reserved = time;
+start_paused_call("'$qa','$qb'");
+my $frozen = master_of($qb);
+$frozen->freeze;
+$holder->query_safe('SELECT pg_advisory_unlock(4242)');
+($o, $e) = SlidewinTest::session_sql($caller, 'SELECT 1');
+$frozen->thaw;
+like($caller->{stderr} . $e, qr/ERROR:  slidewin could not reach Redis/,
+	"the master of $qb frozen at the confirm: the call fails") or diag($o);
+is(units($qa, 1), 0, "$qa, confirmed before, was given back at once");
+# The frozen master runs, once thawed, whatever reached it before the
+# timeout: the confirm (then the entry of $qb stays, an over-count, as for
+# any command that timed out), or nothing, and then the reservation ends.
+# Either way no reservation outlives its life, and $qb stays within lim.
+my $wait = $reserved + $qlife + 0.3 - time;
+usleep(int($wait * 1_000_000)) if $wait > 0;
+($o) = run_sql(qq{SELECT allowed FROM rl_peek('$qb', 1, '1 hour', on_redis_error => 'error')});
+is(held($qb), 0, "no reservation of $qb outlives its life");
+my $qunits = units($qb, 1);
+cmp_ok($qunits, '<=', 1, "$qb holds $qunits unit(s), within its limit of 1");
 $caller->quit;
 $holder->quit;
 
