@@ -150,7 +150,10 @@ SELECT rl_reset(k) FROM unnest(ARRAY['k', 'm', 'm2', 'p', 'fb', 'fbm', 'blk', 'b
 -- 1.12: the header fields of a call over several keys, rl_headers(rows,
 -- names [, pks]): every key's policy in RateLimit-Policy and RateLimit, each
 -- under the name given (never the key), and Retry-After from the key that
--- denied. Three tiers: an address, an API key's route, a plan's day.
+-- denied. Three tiers: an address, an API key's route, a plan's day. The
+-- prefix holds a hash tag, so that under Redis Cluster (the cluster pass of
+-- test/run_all.sh) the three keys are in one slot, as rl_attempt_all needs.
+SET slidewin.key_prefix = 'regress:{hd}:';
 SET slidewin.test_now = '2031-03-01 14:00:00+00';
 SELECT rl_reset(k) FROM unnest(ARRAY['t:ip', 't:route', 't:plan']) k;
 CREATE TEMP TABLE tiers AS
