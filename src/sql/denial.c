@@ -2,8 +2,9 @@
  *
  * denial.c
  *		A result as HTTP header fields, for a program to read: the SQL
- *		function rl_headers, and the DETAIL of slidewin.error_style = json
- *		(which carries the same header fields).
+ *		function rl_headers, of one result or (1.12) of the rows of a call
+ *		over several keys, one policy each, and the DETAIL of
+ *		slidewin.error_style = json (which carries the same header fields).
  *
  * One function computes the header fields for both, so that a denial's
  * JSON and rl_headers of the same result cannot drift apart; the
@@ -34,10 +35,10 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_type.h"
 #include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "catalog/pg_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
