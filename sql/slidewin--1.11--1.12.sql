@@ -51,3 +51,22 @@ AS 'MODULE_PATHNAME', 'slidewin_attempt_all_rows'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 4;
 COMMENT ON FUNCTION rl_attempt_all_rows(text[], bigint[], interval[], bigint[], text, boolean, text) IS
 'Same as rl_attempt_all, returning one row per key in the order given: the key and its rl_result. On a denial, a key that had room but was not charged has allowed false and retry_after zero.';
+
+-- The header fields of a call over several keys (issue 38, headers):
+-- RateLimit-Policy and RateLimit list one policy per key, each under the
+-- name the caller gives (never the key), and Retry-After comes from the key
+-- with the longest wait. rows: array_agg of rl_attempt_all_rows' rows, or
+-- rl_results.
+CREATE FUNCTION rl_headers(rows record[], names text[])
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'slidewin_headers_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION rl_headers(record[], text[]) IS
+'The HTTP header fields of several results, one policy each, named names[i]: RateLimit-Policy and RateLimit list every policy; the X-RateLimit-* fields and Retry-After describe the one that decided (on a denial the longest wait, else the fewest units left). rows: array_agg of rl_attempt_all_rows'' rows, or rl_result[].';
+
+CREATE FUNCTION rl_headers(rows record[], names text[], pks bytea[])
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'slidewin_headers_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION rl_headers(record[], text[], bytea[]) IS
+'rl_headers(rows, names) with pks[i] (at most 64 bytes; NULL for none) as the partition key of policy i, the pk parameter of its RateLimit-Policy and RateLimit members.';
