@@ -79,6 +79,87 @@ SELECT allowed, remaining, lim FROM rl_attempt_all(ARRAY['p', 'q'], ARRAY[3, 5],
                                                    ARRAY['1 minute', '1 minute']::interval[],
                                                    ARRAY[1, 3]);
 
+-- The counting algorithms (fixed_window, sliding_counter, token_bucket):
+-- every call over keys 'A:k' goes also, key by key, to rl_attempt over
+-- twins 'S:k', for each key that the call charged or that denied it (a key
+-- with room in a denied call is not charged, and neither is its twin).
+-- same: the key's row equals what rl_attempt gave its twin alone. Then
+-- the keys and their twins hold the same (twins_agree).
+CREATE FUNCTION pg_temp.all_vs_one(algo text, ks text[], ls bigint[], ws interval[], cs bigint[])
+RETURNS TABLE (key text, allowed boolean, remaining bigint, retry_after interval, same boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r record;
+  s rl_result;
+BEGIN
+  FOR r IN SELECT t.*, t.i::int AS n
+             FROM rl_attempt_all_rows(array(SELECT 'A:' || k FROM unnest(ks) k), ls, ws, cs,
+                                      algorithm => algo) WITH ORDINALITY AS t(key, allowed, remaining,
+                                        retry_after, reset_at, store, lim, win, ticket, next_at, i)
+  LOOP
+    key := r.key; allowed := r.allowed; remaining := r.remaining; retry_after := r.retry_after;
+    same := NULL;
+    IF r.allowed OR r.retry_after > '0' THEN
+      s := rl_attempt('S:' || ks[r.n], ls[r.n], ws[r.n], cs[r.n], algorithm => algo);
+      same := (s.allowed, s.remaining, s.retry_after, s.reset_at, s.store, s.lim, s.win, s.ticket, s.next_at)
+              IS NOT DISTINCT FROM
+              (r.allowed, r.remaining, r.retry_after, r.reset_at, r.store, r.lim, r.win, r.ticket, r.next_at);
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END $$;
+CREATE FUNCTION pg_temp.twins_agree(algo text, ks text[], ls bigint[], ws interval[])
+RETURNS boolean LANGUAGE sql AS $$
+  SELECT bool_and(rl_peek('A:' || k, l, w, algorithm => algo) IS NOT DISTINCT FROM
+                  rl_peek('S:' || k, l, w, algorithm => algo))
+    FROM unnest(ks, ls, ws) AS t(k, l, w)
+$$;
+SELECT count(rl_reset(p || k)) FROM unnest(ARRAY['A:', 'S:']) p, unnest(ARRAY['u', 'v', 'w']) k;
+SET slidewin.test_now = '2030-01-01 00:00:00.25+00';
+-- u: 3 a minute, v: 10 a minute, w: 4 an hour; costs 1, 2 and 1
+\set uvw 'SELECT a AS algorithm, r.key, r.allowed, r.remaining, r.retry_after, r.same FROM unnest(ARRAY[''fixed_window'', ''sliding_counter'', ''token_bucket'']) a, pg_temp.all_vs_one(a, ARRAY[''u'', ''v'', ''w''], ARRAY[3, 10, 4], ARRAY[''1 minute'', ''1 minute'', ''1 hour'']::interval[], ARRAY[1, 2, 1]) WITH ORDINALITY r ORDER BY a, r.ordinality'
+:uvw;
+-- two more: u's last unit is taken; then u denies, and none is charged
+SET slidewin.test_now = '2030-01-01 00:00:01+00';
+:uvw;
+:uvw;
+:uvw;
+-- v alone (6 used of 10) denies a call costing 7 there
+SET slidewin.test_now = '2030-01-01 00:00:02+00';
+SELECT a AS algorithm, r.key, r.allowed, r.remaining, r.retry_after, r.same
+  FROM unnest(ARRAY['fixed_window', 'sliding_counter', 'token_bucket']) a,
+       pg_temp.all_vs_one(a, ARRAY['w', 'v'], ARRAY[4, 10],
+                          ARRAY['1 hour', '1 minute']::interval[], ARRAY[1, 7]) WITH ORDINALITY r
+ ORDER BY a, r.ordinality;
+SELECT a AS algorithm,
+       pg_temp.twins_agree(a, ARRAY['u', 'v', 'w'], ARRAY[3, 10, 4],
+                           ARRAY['1 minute', '1 minute', '1 hour']::interval[]) AS twins_agree
+  FROM unnest(ARRAY['fixed_window', 'sliding_counter', 'token_bucket']) a;
+-- later, room again: u and v have room (their windows have passed, or their
+-- buckets refilled), w still holds what it was charged
+SET slidewin.test_now = '2030-01-01 00:01:30+00';
+:uvw;
+SELECT a AS algorithm,
+       pg_temp.twins_agree(a, ARRAY['u', 'v', 'w'], ARRAY[3, 10, 4],
+                           ARRAY['1 minute', '1 minute', '1 hour']::interval[]) AS twins_agree
+  FROM unnest(ARRAY['fixed_window', 'sliding_counter', 'token_bucket']) a;
+-- a blocked key denies the call (2 in the reply) and charges nothing
+SELECT rl_block('A:u', '10 seconds') IS NOT NULL AS blocked;
+SELECT allowed, retry_after, lim
+  FROM rl_attempt_all(ARRAY['A:v', 'A:u'], ARRAY[10, 3], ARRAY['1 minute', '1 minute']::interval[],
+                      algorithm => 'fixed_window');
+SELECT (rl_peek('A:v', 10, '1 minute', algorithm => 'fixed_window')).remaining AS v_untouched;
+SELECT rl_unblock('A:u');
+-- shadow mode records every key of a counting algorithm too
+SET slidewin.enforce = off;
+SELECT allowed, remaining, lim
+  FROM rl_attempt_all(ARRAY['A:u', 'A:w'], ARRAY[1, 100], ARRAY['1 minute', '1 hour']::interval[],
+                      ARRAY[1, 1], algorithm => 'fixed_window');
+RESET slidewin.enforce;
+SELECT (rl_peek('A:w', 100, '1 hour', algorithm => 'fixed_window')).remaining AS w_charged;
+SELECT count(rl_reset(p || k)) FROM unnest(ARRAY['A:', 'S:']) p, unnest(ARRAY['u', 'v', 'w']) k;
+SET slidewin.test_now = '2030-01-01 00:00:10+00';
+
 -- Bad input: 22023, or 22004 for NULLs, naming the argument.
 \set VERBOSITY sqlstate
 SELECT rl_attempt_all(ARRAY['a', 'b'], ARRAY[1], ARRAY['1 minute', '1 minute']::interval[]);
@@ -106,8 +187,6 @@ SELECT rl_attempt_all(ARRAY['a', 'b'], ARRAY[1, 1], ARRAY['1 minute', '0']::inte
 SELECT rl_attempt_all(ARRAY['a', 'b'], ARRAY[1, 1], ARRAY['1 minute', '1 minute']::interval[], ARRAY[1, 0]);
 SELECT rl_attempt_all(ARRAY['a', 'b'], ARRAY[1, 3], ARRAY['1 minute', '1 minute']::interval[], ARRAY[1, 4]);
 SELECT rl_attempt_all(ARRAY['a'], ARRAY[1], ARRAY['1 minute']::interval[], on_redis_error => 'maybe');
--- not supported yet: 0A000
-SELECT rl_attempt_all(ARRAY['a'], ARRAY[1], ARRAY['1 minute']::interval[], algorithm => 'token_bucket');
 SELECT rl_attempt_all(ARRAY['a'], ARRAY[1], ARRAY['1 minute']::interval[], algorithm => 'leaky');
 -- Under Redis Cluster, keys in different hash slots (a prefix without a
 -- hash tag) are refused for now (0A000); on one server they are admitted.

@@ -95,6 +95,7 @@ check_all(FunctionCallInfo fcinfo, RlArgs *args)
 			   *wins,
 			   *costs = NULL;
 	int			n = read_array(fcinfo, 0, TEXTOID, &keys);
+	/* any algorithm rl_attempt takes; every key of the call uses it */
 	RlAlgorithm algorithm = limit_algorithm(opt_text(fcinfo, 6));
 
 	if (read_array(fcinfo, 1, INT8OID, &lims) != n ||
@@ -104,13 +105,6 @@ check_all(FunctionCallInfo fcinfo, RlArgs *args)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("arguments \"keys\", \"lims\", \"wins\" and \"costs\" must have the same length"),
 				 errdetail("\"keys\" has %d elements.", n)));
-	if (algorithm != ALGO_SLIDING_LOG)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("rl_attempt_all does not support algorithm %s yet",
-						limit_algorithm_name(algorithm)),
-				 errhint("Use algorithm sliding_log, the default.")));
-
 	memset(args, 0, sizeof(RlArgs) * n);
 	for (int i = 0; i < n; i++)
 	{
