@@ -38,9 +38,13 @@ SELECT count(*) FILTER (WHERE (rl_peek(k, 1, '1 hour')).remaining = 1) AS untouc
   FROM unnest(ARRAY['x', 'y']) k;
 
 -- One row per key, in the caller's order: denied, as api has no room for 3.
+-- (The deny cache off: it knows api's denial from above, and would answer
+-- without asking Redis about the other keys; see below.)
+SET slidewin.deny_cache = off;
 SELECT key, allowed, remaining, retry_after, reset_at, store, lim, win, ticket IS NULL AS no_ticket, next_at
   FROM rl_attempt_all_rows(ARRAY['z', 'api', 'ip'], ARRAY[4, 5, 10],
                            ARRAY['1 second', '1 minute', '1 minute']::interval[], ARRAY[1, 3, 1]);
+RESET slidewin.deny_cache;
 -- and admitted: every key charged, each with a ticket
 SELECT key, allowed, remaining, store, lim, ticket IS NOT NULL AS ticket
   FROM rl_attempt_all_rows(ARRAY['z', 'api', 'ip'], ARRAY[4, 5, 10],
@@ -159,6 +163,38 @@ RESET slidewin.enforce;
 SELECT (rl_peek('A:w', 100, '1 hour', algorithm => 'fixed_window')).remaining AS w_charged;
 SELECT count(rl_reset(p || k)) FROM unnest(ARRAY['A:', 'S:']) p, unnest(ARRAY['u', 'v', 'w']) k;
 SET slidewin.test_now = '2030-01-01 00:00:10+00';
+
+-- The deny cache: a denial Redis gave a key, by rl_attempt or in an
+-- rl_attempt_all call, denies a later call naming that key (same lim, win
+-- and cost) without a round trip, with that key's answer; the call's other
+-- keys are not asked. rl_stats counts each key of a call: deny_cache_hits
+-- for a call the cache answered, redis_calls for one Redis did.
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['dc1', 'dc2']) k;
+SELECT deny_cache_hits AS hits0, redis_calls AS redis0 FROM rl_stats \gset
+SELECT allowed FROM rl_attempt('dc2', 1, '1 hour');
+SELECT allowed, retry_after FROM rl_attempt('dc2', 1, '1 hour');
+SELECT allowed, remaining, retry_after, store, lim
+  FROM rl_attempt_all(ARRAY['dc1', 'dc2'], ARRAY[5, 1], ARRAY['1 hour', '1 hour']::interval[]);
+SELECT deny_cache_hits - :hits0 AS hits, redis_calls - :redis0 AS redis FROM rl_stats;
+-- a reset voids the key's cached denial: Redis is asked, and admits
+SELECT rl_reset('dc2');
+SELECT allowed FROM rl_attempt_all(ARRAY['dc1', 'dc2'], ARRAY[5, 1], ARRAY['1 hour', '1 hour']::interval[]);
+-- Redis denies the next call by dc2; the denial is remembered, for the next
+-- rl_attempt_all and for rl_attempt of dc2 alone
+SELECT key, allowed, remaining, retry_after, store
+  FROM rl_attempt_all_rows(ARRAY['dc1', 'dc2'], ARRAY[5, 1], ARRAY['1 hour', '1 hour']::interval[]);
+SELECT deny_cache_hits - :hits0 AS hits, redis_calls - :redis0 AS redis FROM rl_stats;
+SELECT key, allowed, remaining, retry_after, store
+  FROM rl_attempt_all_rows(ARRAY['dc1', 'dc2'], ARRAY[5, 1], ARRAY['1 hour', '1 hour']::interval[]);
+SELECT allowed, retry_after, store FROM rl_attempt('dc2', 1, '1 hour');
+SELECT deny_cache_hits - :hits0 AS hits, redis_calls - :redis0 AS redis FROM rl_stats;
+-- dc1 was charged once only, by the one call admitted
+SELECT (rl_peek('dc1', 5, '1 hour')).remaining AS dc1;
+-- another limit of dc2 is another rule: Redis is asked, and admits (dc2
+-- holds 1 of 2)
+SELECT allowed FROM rl_attempt_all(ARRAY['dc1', 'dc2'], ARRAY[5, 2], ARRAY['1 hour', '1 hour']::interval[]);
+SELECT deny_cache_hits - :hits0 AS hits, redis_calls - :redis0 AS redis FROM rl_stats;
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['dc1', 'dc2']) k;
 
 -- Bad input: 22023, or 22004 for NULLs, naming the argument.
 \set VERBOSITY sqlstate

@@ -116,10 +116,11 @@ static const char lua_token_bucket[] = LUA_PRELUDE_BASE LUA_TOKEN_BUCKET_BODY;
  * once per key (a peek, then the attempt), so that each key is decided by
  * the very code rl_attempt runs. Its returns return from the function.
  */
-#define LUA_ALL_OF(body) "local function one(KEYS, ARGV)\n" body "end\n" LUA_COUNTER_ALL
-#define LUA_FIXED_WINDOW_ALL_BODY LUA_ALL_OF(LUA_FIXED_WINDOW_BODY)
-#define LUA_SLIDING_COUNTER_ALL_BODY LUA_ALL_OF(LUA_SLIDING_COUNTER_BODY)
-#define LUA_TOKEN_BUCKET_ALL_BODY LUA_ALL_OF(LUA_TOKEN_BUCKET_BODY)
+#define LUA_ONE_OPEN "local function one(KEYS, ARGV)\n"
+#define LUA_ONE_CLOSE "end\n"
+#define LUA_FIXED_WINDOW_ALL_BODY LUA_ONE_OPEN LUA_FIXED_WINDOW_BODY LUA_ONE_CLOSE LUA_COUNTER_ALL
+#define LUA_SLIDING_COUNTER_ALL_BODY LUA_ONE_OPEN LUA_SLIDING_COUNTER_BODY LUA_ONE_CLOSE LUA_COUNTER_ALL
+#define LUA_TOKEN_BUCKET_ALL_BODY LUA_ONE_OPEN LUA_TOKEN_BUCKET_BODY LUA_ONE_CLOSE LUA_COUNTER_ALL
 
 static const char lua_fixed_window_all[] = LUA_PRELUDE_BASE LUA_FIXED_WINDOW_ALL_BODY;
 static const char lua_sliding_counter_all[] = LUA_PRELUDE_BASE LUA_SLIDING_COUNTER_ALL_BODY;
