@@ -196,6 +196,66 @@ SELECT allowed FROM rl_attempt_all(ARRAY['dc1', 'dc2'], ARRAY[5, 2], ARRAY['1 ho
 SELECT deny_cache_hits - :hits0 AS hits, redis_calls - :redis0 AS redis FROM rl_stats;
 SELECT count(rl_reset(k)) FROM unnest(ARRAY['dc1', 'dc2']) k;
 
+-- Tickets. The result of an admitted call carries a ticket naming every
+-- key's entry (24 + 44 characters a key); rl_refund_all gives back every
+-- key's units with it, given the call's keys in the call's order.
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['t1', 't2', 't3']) k;
+\set t123 'ARRAY[''t1'', ''t2'', ''t3''], ARRAY[5, 5, 5], ARRAY[''1 hour'', ''1 hour'', ''1 hour'']::interval[]'
+SELECT allowed, length(ticket) AS len, ticket AS all_ticket
+  FROM rl_attempt_all(:t123, ARRAY[1, 2, 3]) \gset
+SELECT :'allowed' AS allowed, :len AS len;
+\set peek123 'SELECT string_agg(k || \' \' || (rl_peek(k, 5, \'1 hour\')).remaining, \', \' ORDER BY k) AS remaining FROM unnest(ARRAY[\'t1\', \'t2\', \'t3\']) k'
+:peek123;
+-- other keys, another order, another number of keys, another prefix, an
+-- altered ticket, a ticket of one key: all refused (22023), nothing given
+SELECT rl_refund_all(ARRAY['t1', 't3', 't2'], :'all_ticket');
+SELECT rl_refund_all(ARRAY['t1', 't2', 'x'], :'all_ticket');
+SELECT rl_refund_all(ARRAY['t1', 't2'], :'all_ticket');
+SET slidewin.key_prefix = 'regress:{all}:other:';
+SELECT rl_refund_all(ARRAY['t1', 't2', 't3'], :'all_ticket');
+SET slidewin.key_prefix = 'regress:{all}:';
+SELECT rl_refund_all(ARRAY['t1', 't2', 't3'],
+                     overlay(:'all_ticket' placing CASE WHEN substr(:'all_ticket', 40, 1) = 'A' THEN 'B' ELSE 'A' END
+                             from 40 for 1));
+SELECT rl_refund_all(ARRAY['t1', 't2', 't3'], :'all_ticket' || 'AAAA');
+SELECT rl_refund('t1', :'all_ticket');
+SELECT rl_refund_all(ARRAY['t1'], (rl_attempt('t1', 5, '1 hour')).ticket);
+SELECT rl_refund_all(ARRAY['t1', 't2', 't3'], NULL);
+SELECT rl_refund_all(NULL, :'all_ticket');
+:peek123;
+-- the right keys: every key's units back (t1 keeps the rl_attempt above)
+SELECT rl_refund_all(ARRAY['t1', 't2', 't3'], :'all_ticket') AS given;
+:peek123;
+-- handed in again: nothing left to give back
+SELECT rl_refund_all(ARRAY['t1', 't2', 't3'], :'all_ticket') AS given;
+-- rl_enforce_all's result carries the ticket too
+SELECT rl_refund_all(ARRAY['t1', 't2', 't3'], (rl_enforce_all(:t123)).ticket) AS given;
+:peek123;
+-- each row of rl_attempt_all_rows carries its key's own ticket, for rl_refund
+SELECT key, rl_refund(key, ticket) AS given
+  FROM (SELECT * FROM rl_attempt_all_rows(:t123, ARRAY[2, 2, 2]) OFFSET 0) r;
+:peek123;
+-- after a ROLLBACK that gave the units back (refund_on_abort), the ticket
+-- has nothing left to give back
+BEGIN;
+SELECT ticket AS all_ticket FROM rl_attempt_all(:t123, refund_on_abort => true) \gset
+:peek123;
+ROLLBACK;
+:peek123;
+SELECT rl_refund_all(ARRAY['t1', 't2', 't3'], :'all_ticket') AS given;
+-- a denied call, and the counting algorithms (which keep no entries), have
+-- no ticket; refund_on_abort gives back nothing there, as for rl_attempt
+SELECT allowed, ticket IS NULL AS no_ticket FROM rl_attempt_all(:t123, ARRAY[5, 5, 5]);
+SELECT allowed, ticket IS NULL AS no_ticket FROM rl_attempt_all(:t123, algorithm => 'fixed_window');
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['t1', 't2', 't3']) k;
+BEGIN;
+SELECT allowed FROM rl_attempt_all(:t123, ARRAY[1, 2, 3], refund_on_abort => true, algorithm => 'token_bucket');
+SELECT allowed FROM rl_attempt('t1', 5, '1 hour', 1, refund_on_abort => true, algorithm => 'token_bucket');
+ROLLBACK;
+SELECT k, (rl_peek(k, 5, '1 hour', algorithm => 'token_bucket')).remaining
+  FROM unnest(ARRAY['t1', 't2', 't3']) k;
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['t1', 't2', 't3']) k;
+
 -- Bad input: 22023, or 22004 for NULLs, naming the argument.
 \set VERBOSITY sqlstate
 SELECT rl_attempt_all(ARRAY['a', 'b'], ARRAY[1], ARRAY['1 minute', '1 minute']::interval[]);

@@ -52,3 +52,14 @@ AS 'MODULE_PATHNAME', 'slidewin_attempt_all_rows'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 4;
 COMMENT ON FUNCTION rl_attempt_all_rows(text[], bigint[], interval[], bigint[], text, boolean, text) IS
 'Same as rl_attempt_all, returning one row per key in the order given: the key and its rl_result. On a denial, a key that had room but was not charged has allowed false and retry_after zero.';
+
+-- rl_attempt_all's ticket names every key's entry of an admitted call
+-- (sliding_log): handed back with the call's keys, in its order, it gives
+-- back every key's units, as rl_refund does one key's. Signed, and bound to
+-- the keys and their order, so PUBLIC may run it, as rl_refund.
+CREATE FUNCTION rl_refund_all(keys text[], ticket text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'slidewin_refund_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION rl_refund_all(text[], text) IS
+'Give back, now, the units of every key''s entry that ticket (from rl_attempt_all) names; keys are the call''s, in its order. Returns how many keys had units given back: 0 when there was nothing left to give back (given back already, rolled back, reset, or out of the window).';
