@@ -164,6 +164,7 @@ SELECT (rl_peek('A:w', 100, '1 hour', algorithm => 'fixed_window')).remaining AS
 SELECT count(rl_reset(p || k)) FROM unnest(ARRAY['A:', 'S:']) p, unnest(ARRAY['u', 'v', 'w']) k;
 SET slidewin.test_now = '2030-01-01 00:00:10+00';
 
+SELECT set_config('regress.redis_url', current_setting('slidewin.redis_url'), false) IS NOT NULL AS saved;
 -- The deny cache: a denial Redis gave a key, by rl_attempt or in an
 -- rl_attempt_all call, denies a later call naming that key (same lim, win
 -- and cost) without a round trip, with that key's answer; the call's other
@@ -195,6 +196,23 @@ SELECT (rl_peek('dc1', 5, '1 hour')).remaining AS dc1;
 SELECT allowed FROM rl_attempt_all(ARRAY['dc1', 'dc2'], ARRAY[5, 2], ARRAY['1 hour', '1 hour']::interval[]);
 SELECT deny_cache_hits - :hits0 AS hits, redis_calls - :redis0 AS redis FROM rl_stats;
 SELECT count(rl_reset(k)) FROM unnest(ARRAY['dc1', 'dc2']) k;
+-- Redis's denial of a key in an rl_attempt_all call, any algorithm, is a
+-- known denial for the fallback store too: while Redis cannot answer,
+-- rl_attempt of that key under the fallback policy stays denied until the
+-- retry time Redis gave, where the fallback store alone would admit it.
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['kd1', 'kd2']) k;
+SELECT allowed FROM rl_attempt_all(ARRAY['kd1', 'kd2'], ARRAY[5, 1], ARRAY['1 hour', '1 hour']::interval[],
+                                   algorithm => 'fixed_window');
+SELECT allowed, retry_after > '0' AS waits
+  FROM rl_attempt_all(ARRAY['kd1', 'kd2'], ARRAY[5, 1], ARRAY['1 hour', '1 hour']::interval[],
+                      algorithm => 'fixed_window');
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SELECT allowed, store FROM rl_attempt('kd2', 1, '1 hour', algorithm => 'fixed_window',
+                                      on_redis_error => 'fallback');
+SELECT allowed, store FROM rl_attempt('kd1', 5, '1 hour', algorithm => 'fixed_window',
+                                      on_redis_error => 'fallback');
+SELECT set_config('slidewin.redis_url', current_setting('regress.redis_url'), false) IS NOT NULL AS back;
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['kd1', 'kd2']) k;
 
 -- Tickets. The result of an admitted call carries a ticket naming every
 -- key's entry (24 + 44 characters a key); rl_refund_all gives back every
