@@ -195,6 +195,18 @@ SELECT (rl_peek('dc1', 5, '1 hour')).remaining AS dc1;
 -- holds 1 of 2)
 SELECT allowed FROM rl_attempt_all(ARRAY['dc1', 'dc2'], ARRAY[5, 2], ARRAY['1 hour', '1 hour']::interval[]);
 SELECT deny_cache_hits - :hits0 AS hits, redis_calls - :redis0 AS redis FROM rl_stats;
+-- a refund at ROLLBACK (refund_on_abort) voids the cached denial: the next
+-- call is Redis's to answer, and it admits
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['dc1', 'dc2']) k;
+\set dc12 'ARRAY[''dc1'', ''dc2''], ARRAY[5, 1], ARRAY[''1 hour'', ''1 hour'']::interval[]'
+BEGIN;
+SELECT allowed, store FROM rl_attempt_all(:dc12, refund_on_abort => true);
+SELECT allowed, store FROM rl_attempt_all(:dc12);
+SELECT deny_cache_hits AS hits1, redis_calls AS redis1 FROM rl_stats \gset
+SELECT allowed, store FROM rl_attempt_all(:dc12);
+ROLLBACK;
+SELECT allowed, store FROM rl_attempt_all(:dc12);
+SELECT deny_cache_hits - :hits1 AS hits, redis_calls - :redis1 AS redis FROM rl_stats;
 SELECT count(rl_reset(k)) FROM unnest(ARRAY['dc1', 'dc2']) k;
 -- Redis's denial of a key in an rl_attempt_all call, any algorithm, is a
 -- known denial for the fallback store too: while Redis cannot answer,
