@@ -250,9 +250,10 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
  * decided by it: the failure policy then answers for the whole call. The
  * fallback store cannot keep the all-or-nothing rule over several keys
  * yet, and a call must never be admitted by a store that cannot keep it,
- * so that policy raises instead. Known denials (the deny cache), the
- * outage memory and carrying back are rl_attempt's alone so far: an
- * answer here is not kept for a later fallback call of one of the keys.
+ * so that policy raises instead. The deny cache is consulted and filled by
+ * the caller (enforce_charge_all), key by key; the outage memory is
+ * rl_attempt's alone so far: an answer here is not kept for a later
+ * fallback call of one of the keys.
  */
 void
 policy_run_all(int policy, int n, const RlArgs *args, RlOutcome *o)

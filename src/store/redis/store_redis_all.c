@@ -2,7 +2,8 @@
  *
  * store_redis_all.c
  *		rl_attempt_all in the Redis store: several user keys, each with its
- *		own limit, checked and charged by one script call (log_all.lua), so
+ *		own limit, checked and charged by one script call (log_all.lua for
+ *		the sliding log, counter_all.lua for the counting algorithms), so
  *		that every key is charged or none is.
  *
  * One script sees every key, so the all-or-nothing rule needs no lock and
@@ -59,7 +60,7 @@ read_outcomes(RedisResult *r, int n, const RlArgs *args, RlOutcome *o)
 	for (int k = 0; k < n; k++)
 	{
 		memset(&calls[k], 0, sizeof(ReplyCall));
-		calls[k].algorithm = ALGO_SLIDING_LOG;
+		calls[k].algorithm = args[k].algorithm;
 		calls[k].algorithm_name = "rl_attempt_all";
 		calls[k].lim = args[k].lim;
 		calls[k].win_us = args[k].win_us;
@@ -82,7 +83,8 @@ read_outcomes(RedisResult *r, int n, const RlArgs *args, RlOutcome *o)
 		o[k].reset_at_us = v[k][RF_RESET];
 		o[k].used = v[k][RF_USED];
 		o[k].recorded_ts = v[k][RF_RECORDED];
-		o[k].entry_ts = v[k][RF_RECORDED];
+		/* as in rl_attempt: the counting algorithms keep no entry to name */
+		o[k].entry_ts = args[k].algorithm == ALGO_SLIDING_LOG ? v[k][RF_RECORDED] : -1;
 		o[k].stable_us = v[k][RF_STABLE];
 		o[k].next_us = v[k][RF_NEXT];
 		o[k].shadowed = false;
@@ -92,6 +94,20 @@ read_outcomes(RedisResult *r, int n, const RlArgs *args, RlOutcome *o)
 	return true;
 }
 
+/* The script for each algorithm rl_attempt_all takes. */
+static const ScriptId all_scripts[ALGO_COUNT] = {
+	[ALGO_SLIDING_LOG] = SCRIPT_LOG_ALL,
+	[ALGO_FIXED_WINDOW] = SCRIPT_FIXED_WINDOW_ALL,
+	[ALGO_SLIDING_COUNTER] = SCRIPT_SLIDING_COUNTER_ALL,
+	[ALGO_TOKEN_BUCKET] = SCRIPT_TOKEN_BUCKET_ALL,
+};
+
+/*
+ * KEYS: for each user key, its structures as rl_attempt names them: the
+ * log, its ledger and the block for the sliding log (3 a key), the state
+ * and the block for the counting algorithms (2 a key). ARGV: n, the limits,
+ * the windows, the costs, flags and the clock.
+ */
 bool
 redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o, RedisResult *r)
 {
@@ -103,18 +119,24 @@ redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o, RedisResult *r)
 	char		flags[4];
 	const char *argv[3 * RL_MAX_KEYS + 3];
 	int			nargs = 0;
-	const char *tag = redis_store_tags[ALGO_SLIDING_LOG];
+	RlAlgorithm algorithm = args[0].algorithm;
+	bool		logs = (algorithm == ALGO_SLIDING_LOG);
+	int			per = logs ? 3 : 2;
+	const char *tag = redis_store_tags[algorithm];
 
 	Assert(n >= 1 && n <= RL_MAX_KEYS);
+	Assert(algorithm == ALGO_SLIDING_LOG || algorithm == ALGO_FIXED_WINDOW ||
+		   algorithm == ALGO_SLIDING_COUNTER || algorithm == ALGO_TOKEN_BUCKET);
 	for (int i = 0; i < n; i++)
 	{
-		Assert(args[i].algorithm == ALGO_SLIDING_LOG);
-		redis_store_key(&keys[3 * i], tag, &args[i]);
-		redis_store_ledger_key(&keys[3 * i + 1], tag, &args[i]);
-		redis_store_block_key(&keys[3 * i + 2], &args[i]);
+		Assert(args[i].algorithm == algorithm);
+		redis_store_key(&keys[per * i], tag, &args[i]);
+		if (logs)
+			redis_store_ledger_key(&keys[per * i + 1], tag, &args[i]);
+		redis_store_block_key(&keys[per * i + per - 1], &args[i]);
 	}
-	check_one_slot(3 * n, keys);
-	for (int i = 0; i < 3 * n; i++)
+	check_one_slot(per * n, keys);
+	for (int i = 0; i < per * n; i++)
 	{
 		k[i] = keys[i].data;
 		klens[i] = keys[i].len;
@@ -134,8 +156,8 @@ redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o, RedisResult *r)
 	argv[nargs++] = flags;
 	argv[nargs++] = redis_store_clock_arg(now, sizeof(now));
 
-	script_run(SCRIPT_LOG_ALL, 3 * n, k, klens, nargs, argv, r);
-	for (int i = 0; i < 3 * n; i++)
+	script_run(all_scripts[algorithm], per * n, k, klens, nargs, argv, r);
+	for (int i = 0; i < per * n; i++)
 		pfree(keys[i].data);
 	if (!redis_store_settle(r))
 		return false;
