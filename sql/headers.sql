@@ -178,6 +178,14 @@ SELECT rl_headers(array_agg(a ORDER BY a.ordinality), names) - 'RateLimit-Policy
 -- the headers gave, as rl_peek sees them
 SELECT k, (rl_peek(k, l, w)).remaining
   FROM tiers, unnest(keys, lims, wins) AS u(k, l, w);
+-- the route's denial is now known (the deny cache): the next call is denied
+-- without asking Redis, with the route's answer alone, so RateLimit lists
+-- the route only (the other keys were not asked: no r, no t)
+SELECT h ->> 'RateLimit' AS ratelimit, h ->> 'Retry-After' AS retry_after, stores
+  FROM (SELECT rl_headers(array_agg(a), names) AS h, array_agg(coalesce(a.store, '-')) AS stores
+          FROM tiers, LATERAL rl_attempt_all_rows(keys, lims, wins) a GROUP BY names) s;
+-- the rest asks Redis about every key
+SET slidewin.deny_cache = off;
 -- two keys deny: the call passes when both let it, so Retry-After is the
 -- longer wait, the plan's (99 units of a day's 100, 2 of them spent), not
 -- the route's, which denies first in the order given
@@ -203,6 +211,7 @@ SELECT rl_headers(array_agg(a), names)
 RESET client_min_messages;
 RESET slidewin.redis_url;
 RESET slidewin.redis_retry_interval;
+RESET slidewin.deny_cache;
 -- Bad arguments, each refused naming it
 SELECT rl_headers(NULL::record[], ARRAY['a']);
 \echo :LAST_ERROR_SQLSTATE
