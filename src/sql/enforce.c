@@ -182,7 +182,8 @@ enforce_charge_all(int n, const RlArgs *args, int policy, bool refund, RlOutcome
 		limit_outcome_judged(&args[k], &o[k]);
 	}
 	policy_run_all(policy, n, a, o);
-	source = o[0].store[0] == 'r' ? STATS_REDIS : STATS_POLICY;
+	source = o[0].store[0] == 'r' ? STATS_REDIS :
+		o[0].store[0] == 'f' ? STATS_FALLBACK : STATS_POLICY;
 
 	for (int k = 0; k < n && decider < 0; k++)
 		if (!o[k].allowed && (o[k].retry_us > 0 || o[k].blocked || !o[k].known))
