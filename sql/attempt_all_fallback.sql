@@ -6,7 +6,7 @@
 SET slidewin.key_prefix = 'regress:{allfb}:';
 SET TimeZone = 'UTC';
 SET slidewin.redis_retry_interval = 0;
-SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 's1', 's2', 'c1', 'c2', 'k1', 'k2']) k;
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd1', 'd2', 'd3', 's1', 's2', 'c1', 'c2', 'k1', 'k2']) k;
 -- what earlier tests' fallback calls left waiting (on their test clocks)
 TRUNCATE rl_fallback_carry;
 CREATE FUNCTION pg_temp.at(s int) RETURNS void LANGUAGE sql AS $$
@@ -58,6 +58,19 @@ SELECT allowed, remaining, retry_after, store, lim
 SELECT * FROM pg_temp.rows(ARRAY['a', 'b', 'c']);
 SELECT k, (rl_peek(k, l, '1 minute')).remaining
   FROM unnest(ARRAY['a', 'b', 'c'], ARRAY[3, 5, 2]) AS t(k, l) ORDER BY k;
+-- Each of three keys denies in turn, the others having room: whatever
+-- their lock order, keys taken before the one that denies are left as
+-- they were. Each holds 1 of 2 before and after.
+SELECT rl_allow_all(ARRAY['d1', 'd2', 'd3'], ARRAY[2, 2, 2],
+                    ARRAY['1 minute', '1 minute', '1 minute']::interval[],
+                    on_redis_error => 'fallback') AS admitted;
+SELECT costs, r.allowed, r.remaining, r.retry_after
+  FROM (VALUES (1, ARRAY[2, 1, 1]::bigint[]), (2, ARRAY[1, 2, 1]), (3, ARRAY[1, 1, 2])) AS t(n, costs),
+       LATERAL rl_attempt_all(ARRAY['d1', 'd2', 'd3'], ARRAY[2, 2, 2],
+                              ARRAY['1 minute', '1 minute', '1 minute']::interval[], costs,
+                              on_redis_error => 'fallback') r
+  ORDER BY n;
+SELECT * FROM pg_temp.rows(ARRAY['d1', 'd2', 'd3']);
 -- rl_enforce_all raises RL429 for the key that decided, in the fallback store too
 SELECT rl_enforce_all(ARRAY['a', 'c'], ARRAY[3, 2], ARRAY['1 minute', '1 minute']::interval[],
                       on_redis_error => 'fallback');
@@ -131,5 +144,5 @@ SELECT allowed, remaining, store FROM rl_attempt('k1', 3, '1 minute', on_redis_e
 SELECT allowed, remaining, store FROM rl_attempt('k1', 3, '1 minute', on_redis_error => 'fallback');
 
 SELECT pg_temp.up();
-SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 's1', 's2', 'c1', 'c2', 'k1', 'k2']) k;
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd1', 'd2', 'd3', 's1', 's2', 'c1', 'c2', 'k1', 'k2']) k;
 RESET slidewin.test_now;
