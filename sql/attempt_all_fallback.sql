@@ -29,6 +29,7 @@ LANGUAGE sql AS $$
     FROM unnest(keys) k ORDER BY k;
 $$;
 SELECT set_config('regress.redis_url', current_setting('slidewin.redis_url'), false) IS NOT NULL AS saved;
+CREATE TEMP TABLE s0 AS SELECT fallback_calls, policy_answers FROM rl_stats;
 
 -- Redis cannot answer: the fallback store admits every key, each charged
 -- its own cost, each with its carry row. The result is the key with the
@@ -39,6 +40,10 @@ SELECT key, allowed, remaining, store, lim, ticket IS NOT NULL AS ticket
                            ARRAY['1 minute', '1 minute', '1 minute']::interval[], ARRAY[1, 2, 1],
                            on_redis_error => 'fallback');
 SELECT * FROM pg_temp.rows(ARRAY['a', 'b', 'c']);
+-- rl_stats counts each key's call as the fallback store's
+SELECT r.fallback_calls - s0.fallback_calls AS fallback_calls,
+       r.policy_answers - s0.policy_answers AS policy_answers
+  FROM rl_stats r, s0;
 SELECT allowed, remaining, store, lim
   FROM rl_attempt_all(ARRAY['a', 'b', 'c'], ARRAY[3, 5, 2],
                       ARRAY['1 minute', '1 minute', '1 minute']::interval[],
