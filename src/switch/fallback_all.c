@@ -5,6 +5,16 @@
  *		decided as rl_attempt's fallback call decides it, all admitted or
  *		none charged.
  *
+ * Denials first. Every key is first peeked with its cost (outage_fallback_peek:
+ * what is committed, plus the seed, without a lock or a write). If one
+ * denies, that is the answer: a call denied by what is committed is denied
+ * whatever the admissions in progress do (they can only add units), and it
+ * writes nothing, takes no lock and opens no subtransaction. Only a call
+ * that every key would admit goes on to record. Without this, a denied call
+ * wrote, and rolled back, the admissions of the keys before the one that
+ * denied: dead rows and index entries in the store for every denial, and a
+ * denial three times as slow as an admission.
+ *
  * All or nothing. The keys are attempted one at a time inside a
  * subtransaction, each by outage_fallback_attempt, the very path of
  * rl_attempt's fallback calls: the same algorithm code, the same seed from
@@ -29,10 +39,11 @@
  * only keys before it in that order, so no two calls can wait for each
  * other.
  *
- * The answer of a denied call is what the Redis script gives: the key
- * that denied with its own outcome (nothing recorded), and every other key
- * as a peek of its cost finds it once the rollback is done, a key with
- * room reported as not charged (allowed false, no wait of its own).
+ * The answer of a denied call is what the Redis script gives: every key as
+ * a peek of its cost finds it (after the rollback, when the denial came
+ * while recording), the keys that deny with their waits, a key with room
+ * reported as not charged (allowed false, no wait of its own). The key
+ * that denied while recording keeps the outcome it denied with, unpeeked.
  *
  * Shadow mode (force) records every key whatever the answer, as the script
  * does, so there is nothing to undo and no subtransaction; the keys are
@@ -66,6 +77,41 @@ unwrite(const RlArgs *args, const RlOutcome *o, const int *order, int done)
 	}
 }
 
+/*
+ * Every key peeked, in o; whether every key has room. skip: a key whose
+ * outcome o already holds (-1: none).
+ */
+static bool
+peek_all(int n, const RlArgs *args, const RlOutcome *judged, int skip, RlOutcome *o)
+{
+	bool		room = true;
+
+	for (int k = 0; k < n; k++)
+	{
+		if (k == skip)
+			continue;
+		o[k] = judged[k];
+		outage_fallback_peek(&args[k], &o[k]);
+		if (!o[k].allowed)
+			room = false;
+	}
+	return room;
+}
+
+/* A denied call: each key with room is reported as not charged. */
+static void
+not_charged(int n, RlOutcome *o)
+{
+	for (int k = 0; k < n; k++)
+	{
+		if (o[k].allowed)
+		{
+			o[k].allowed = false;
+			o[k].retry_us = 0;
+		}
+	}
+}
+
 void
 outage_fallback_attempt_all(int n, const RlArgs *args, RlOutcome *o)
 {
@@ -86,6 +132,13 @@ outage_fallback_attempt_all(int n, const RlArgs *args, RlOutcome *o)
 			outage_fallback_attempt(&args[order[i]], &o[order[i]]);
 		return;
 	}
+
+	if (!peek_all(n, args, judged, -1, o))
+	{
+		not_charged(n, o);
+		return;
+	}
+	memcpy(o, judged, n * sizeof(RlOutcome));
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
@@ -129,20 +182,7 @@ outage_fallback_attempt_all(int n, const RlArgs *args, RlOutcome *o)
 	CurrentResourceOwner = owner;
 	unwrite(args, o, order, done);
 
-	for (int k = 0; k < n; k++)
-	{
-		if (k == denied)
-		{
-			o[k].carry_units = 0;
-			continue;
-		}
-		o[k] = judged[k];
-		outage_fallback_peek(&args[k], &o[k]);
-		if (o[k].allowed)
-		{
-			/* room, but not charged: another key denied */
-			o[k].allowed = false;
-			o[k].retry_us = 0;
-		}
-	}
+	o[denied].carry_units = 0;
+	(void) peek_all(n, args, judged, denied, o);
+	not_charged(n, o);
 }
