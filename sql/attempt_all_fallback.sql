@@ -49,8 +49,9 @@ SELECT allowed, remaining, store, lim
                       ARRAY['1 minute', '1 minute', '1 minute']::interval[],
                       on_redis_error => 'fallback');
 -- 'c' is full now (2 of 2): a call needing it is denied, and neither 'a'
--- nor 'b' is charged, whichever of them comes before 'c' in the keys' lock
--- order. 'c' decides; the others have room, and are not charged.
+-- nor 'b' is charged. 'c' decides; the others have room, and are not
+-- charged. (What is committed denies it: answered without a write. A denial
+-- found only while recording, in a race, is isolation fallback_all_order's.)
 SELECT pg_temp.at(5);
 SELECT key, allowed, remaining, retry_after, store, lim
   FROM rl_attempt_all_rows(ARRAY['b', 'c', 'a'], ARRAY[5, 2, 3],
@@ -63,9 +64,8 @@ SELECT allowed, remaining, retry_after, store, lim
 SELECT * FROM pg_temp.rows(ARRAY['a', 'b', 'c']);
 SELECT k, (rl_peek(k, l, '1 minute')).remaining
   FROM unnest(ARRAY['a', 'b', 'c'], ARRAY[3, 5, 2]) AS t(k, l) ORDER BY k;
--- Each of three keys denies in turn, the others having room: whatever
--- their lock order, keys taken before the one that denies are left as
--- they were. Each holds 1 of 2 before and after.
+-- Each of three keys denies in turn, the others having room: none of the
+-- others is charged. Each holds 1 of 2 before and after.
 SELECT rl_allow_all(ARRAY['d1', 'd2', 'd3'], ARRAY[2, 2, 2],
                     ARRAY['1 minute', '1 minute', '1 minute']::interval[],
                     on_redis_error => 'fallback') AS admitted;
