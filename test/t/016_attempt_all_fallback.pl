@@ -21,6 +21,8 @@
 #     again); and once carried, Redis counts every unit either store
 #     admitted of each key (and, from scripts that timed out while it was
 #     frozen and ran when it woke, at most those scripts' units more).
+#  4. a call on its way to Redis, held up by CLIENT PAUSE: a fallback call of
+#     any of its keys meanwhile counts it as admitted.
 use strict;
 use warnings;
 
@@ -210,6 +212,45 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM rl_fallback_carry
 	cmp_ok($seeded, '>', 0, "outage: units the fallback store started from ($seeded)");
 	cmp_ok($carried, '>', 0, "outage: admissions carried back into Redis ($carried)");
 	is($pending, '0', 'outage: none waits to be carried back');
+}
+
+# ---------------------------------------------------------------------
+# 4. A call on its way to Redis (held up by CLIENT PAUSE) over keys this
+#    server never had an answer for, 'w1' and 'w2' (lim 1): a fallback call
+#    of either key meanwhile counts it as admitted, each key for itself, so
+#    none is admitted by the fallback store; Redis then admits the call.
+# ---------------------------------------------------------------------
+{
+	my $q = q{SELECT string_agg(key || ':' || store || ',' || allowed, ' ' ORDER BY key)
+	            FROM rl_attempt_all_rows(ARRAY['w1', 'w2'], ARRAY[1, 1],
+	                                     ARRAY['1 minute', '1 minute']::interval[])};
+	my $fb = q{SET slidewin.redis_url = 'redis://127.0.0.1:1'; };
+	$redis->pause_ms(5000);
+	my $a = $node->background_psql('postgres', on_error_stop => 0);
+	$a->query_safe("SET slidewin.command_timeout = '20s'");
+	$a->{stdin} .= "$q;\n";
+	$a->{run}->pump_nb;
+	$node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		WHERE query LIKE '%rl_attempt_all_rows(ARRAY[''w1''%' AND state = 'active'
+		  AND pid <> pg_backend_pid()})
+	  or die 'the call on its way to Redis did not start';
+	usleep(200_000);
+	is($node->safe_psql('postgres', $fb . q{
+		SELECT (r).store || ',' || (r).allowed
+		  FROM (SELECT rl_attempt('w2', 1, '1 minute', on_redis_error => 'fallback') r) s}),
+		'fallback,false', 'in flight: a fallback call of the second key counts the call on its way to Redis');
+	is($node->safe_psql('postgres', $fb . q{
+		SELECT rl_allow_all(ARRAY['w1'], ARRAY[1], ARRAY['1 minute']::interval[],
+		                    on_redis_error => 'fallback')}),
+		'f', 'in flight: a fallback rl_attempt_all of the first key counts it too');
+	$redis->cli('client', 'unpause');
+	like($a->query_safe("SELECT 'done'"), qr/^w1:redis,true w2:redis,true\ndone$/,
+		'in flight: Redis admits the call');
+	$a->quit;
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM rl_fallback_log
+		WHERE key IN (current_setting('slidewin.key_prefix') || 'w1', current_setting('slidewin.key_prefix') || 'w2')}),
+		'0', 'in flight: the fallback store admitted none of them');
 }
 
 done_testing();
