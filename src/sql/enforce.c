@@ -231,7 +231,8 @@ enforce_charge_all(int n, const RlArgs *args, int policy, bool refund, RlOutcome
 		policy_run_all(policy, n, a, o);
 		for (int k = 0; k < n; k++)
 			deny_cache_remember(&a[k], &stamps[k], &o[k]);
-		source = o[0].store[0] == 'r' ? STATS_REDIS : STATS_POLICY;
+		source = o[0].store[0] == 'r' ? STATS_REDIS :
+			o[0].store[0] == 'f' ? STATS_FALLBACK : STATS_POLICY;
 	}
 
 	for (int k = 0; k < n && decider < 0; k++)
