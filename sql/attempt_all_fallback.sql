@@ -148,6 +148,39 @@ SELECT pg_temp.down(), pg_temp.at(320);
 SELECT allowed, remaining, store FROM rl_attempt('k1', 3, '1 minute', on_redis_error => 'fallback');
 SELECT allowed, remaining, store FROM rl_attempt('k1', 3, '1 minute', on_redis_error => 'fallback');
 
+-- The counting algorithms in the fallback store: two calls over x1 (lim 2)
+-- and x2 (lim 5) are admitted, the third is denied by x1 and charges x2
+-- nothing (a peek of x2 in the fallback store still finds 3 left), and each
+-- admitted key has its row to carry. Back on Redis, one call carries the
+-- rows of both keys first: x1 is full there too, so the call is denied,
+-- and x2 has 3 left, not charged.
+CREATE FUNCTION pg_temp.counting(algo text, t int) RETURNS TABLE (step text, key text, allowed boolean, remaining bigint, store text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  ks text[] := ARRAY[algo || ':x1', algo || ':x2'];
+  i int;
+BEGIN
+  PERFORM pg_temp.down(), pg_temp.at(t);
+  FOR i IN 1 .. 3 LOOP
+    RETURN QUERY SELECT 'fallback ' || i, a.key, a.allowed, a.remaining, a.store
+      FROM rl_attempt_all_rows(ks, ARRAY[2, 5], ARRAY['1 hour', '1 hour']::interval[],
+                               on_redis_error => 'fallback', algorithm => algo) a;
+  END LOOP;
+  RETURN QUERY SELECT 'peek', ks[2], p.allowed, p.remaining, p.store
+    FROM rl_peek(ks[2], 5, '1 hour', on_redis_error => 'fallback', algorithm => algo) p;
+  RETURN QUERY SELECT 'to carry', r.key, NULL::boolean, r.waiting, NULL FROM pg_temp.rows(ks) r;
+  PERFORM pg_temp.up(), pg_temp.at(t + 1);
+  RETURN QUERY SELECT 'redis', a.key, a.allowed, a.remaining, a.store
+    FROM rl_attempt_all_rows(ks, ARRAY[2, 5], ARRAY['1 hour', '1 hour']::interval[],
+                             algorithm => algo) a;
+  RETURN QUERY SELECT 'to carry', r.key, NULL::boolean, r.waiting, NULL FROM pg_temp.rows(ks) r;
+END $$;
+SELECT * FROM pg_temp.counting('fixed_window', 1000);
+SELECT * FROM pg_temp.counting('sliding_counter', 2000);
+SELECT * FROM pg_temp.counting('token_bucket', 3000);
+
 SELECT pg_temp.up();
 SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd1', 'd2', 'd3', 's1', 's2', 'c1', 'c2', 'k1', 'k2']) k;
+SELECT count(rl_reset(a || k)) FROM unnest(ARRAY['fixed_window', 'sliding_counter', 'token_bucket']) a,
+       unnest(ARRAY[':x1', ':x2']) k;
 RESET slidewin.test_now;
