@@ -31,4 +31,9 @@ ignore = {
 	-- counter_import.lua declares counts and exp with values that every
 	-- branch of the if after them replaces.
 	"311/counts", "311/exp",
+	-- counter_all.lua's scripts wrap a counting algorithm's body in a
+	-- function of KEYS and ARGV, on purpose, so that the body reads one
+	-- key's keys and arguments; in the library that function is inside the
+	-- registered one, whose KEYS and ARGV it hides.
+	"432/KEYS", "432/ARGV",
 }

@@ -146,3 +146,112 @@ SELECT rl_headers(ROW(true, 4, '0', '2031-03-01 13:00:30+00', 'redis', 3, '1 min
 
 SELECT rl_unblock(k) FROM unnest(ARRAY['blk', 'blk2']) k;
 SELECT rl_reset(k) FROM unnest(ARRAY['k', 'm', 'm2', 'p', 'fb', 'fbm', 'blk', 'blk2']) k;
+
+-- 1.12: the header fields of a call over several keys, rl_headers(rows,
+-- names [, pks]): every key's policy in RateLimit-Policy and RateLimit, each
+-- under the name given (never the key), and Retry-After from the key that
+-- denied. Three tiers: an address, an API key's route, a plan's day. The
+-- prefix holds a hash tag, so that under Redis Cluster (the cluster pass of
+-- test/run_all.sh) the three keys are in one slot, as rl_attempt_all needs.
+SET slidewin.key_prefix = 'regress:{hd}:';
+SET slidewin.test_now = '2031-03-01 14:00:00+00';
+SELECT rl_reset(k) FROM unnest(ARRAY['t:ip', 't:route', 't:plan']) k;
+CREATE TEMP TABLE tiers AS
+  SELECT ARRAY['t:ip', 't:route', 't:plan'] AS keys, ARRAY[5, 2, 100]::bigint[] AS lims,
+         ARRAY['1 minute', '10 seconds', '1 day']::interval[] AS wins,
+         ARRAY['per-ip', 'per-route', 'plan'] AS names;
+-- admitted: every policy, with its own q, w, r and t; the X-RateLimit-*
+-- fields describe the key with the fewest units left (the route)
+SELECT rl_headers(array_agg(a), names)
+  FROM tiers, LATERAL rl_attempt_all_rows(keys, lims, wins) a GROUP BY names;
+SET slidewin.test_now = '2031-03-01 14:00:03+00';
+SELECT rl_headers(array_agg(a), names)
+  FROM tiers, LATERAL rl_attempt_all_rows(keys, lims, wins) a GROUP BY names;
+-- denied by the route (2 per 10 seconds), 4 seconds later: Retry-After is
+-- the route's wait (6 s, until its first unit leaves), each r is what its
+-- key had before the call, t is no later than Retry-After
+SET slidewin.test_now = '2031-03-01 14:00:04+00';
+SELECT rl_headers(array_agg(a ORDER BY a.ordinality), names) - 'RateLimit-Policy' AS denied,
+       array_agg(a.retry_after ORDER BY a.ordinality) AS retry_after
+  FROM tiers, LATERAL rl_attempt_all_rows(keys, lims, wins) WITH ORDINALITY AS a GROUP BY names;
+-- and the denial charged neither the address nor the plan: the values
+-- the headers gave, as rl_peek sees them
+SELECT k, (rl_peek(k, l, w)).remaining
+  FROM tiers, unnest(keys, lims, wins) AS u(k, l, w);
+-- the route's denial is now known (the deny cache): the next call is denied
+-- without asking Redis, with the route's answer alone, so RateLimit lists
+-- the route only (the other keys were not asked: no r, no t)
+SELECT h ->> 'RateLimit' AS ratelimit, h ->> 'Retry-After' AS retry_after, stores
+  FROM (SELECT rl_headers(array_agg(a), names) AS h, array_agg(coalesce(a.store, '-')) AS stores
+          FROM tiers, LATERAL rl_attempt_all_rows(keys, lims, wins) a GROUP BY names) s;
+-- the rest asks Redis about every key
+SET slidewin.deny_cache = off;
+-- two keys deny: the call passes when both let it, so Retry-After is the
+-- longer wait, the plan's (99 units of a day's 100, 2 of them spent), not
+-- the route's, which denies first in the order given
+SELECT rl_headers(array_agg(a), names) ->> 'Retry-After' AS retry_after,
+       rl_headers(array_agg(a), names) ->> 'X-RateLimit-Limit' AS x_limit,
+       array_agg(a.retry_after) AS waits
+  FROM tiers, LATERAL rl_attempt_all_rows(keys, lims, wins, ARRAY[1, 1, 99]) a GROUP BY names;
+-- partition keys per policy; a NULL element: that policy has none
+SELECT h ->> 'RateLimit-Policy' AS policy, h ->> 'RateLimit' AS ratelimit
+  FROM (SELECT rl_headers(array_agg(a), names, ARRAY[NULL, '\x0102', '\xff']::bytea[]) AS h
+          FROM tiers, LATERAL rl_attempt_all_rows(keys, lims, wins) a GROUP BY names) s;
+-- one result in an array is rl_headers(r, name); rl_result[] is taken too
+SELECT rl_headers(ARRAY[r], ARRAY['one']) = rl_headers(r, 'one') AS same_as_one,
+       rl_headers(ARRAY[r], ARRAY['one'], ARRAY['\x01'::bytea]) = rl_headers(r, 'one', '\x01') AS same_with_pk
+  FROM rl_peek('t:ip', 5, '1 minute') r;
+-- no store answered (Redis unreachable, the deny policy): the policies and
+-- Retry-After only
+SET slidewin.redis_url = 'redis://127.0.0.1:1';
+SET slidewin.redis_retry_interval = 0;
+SET client_min_messages = error;
+SELECT rl_headers(array_agg(a), names)
+  FROM tiers, LATERAL rl_attempt_all_rows(keys, lims, wins, on_redis_error => 'deny') a GROUP BY names;
+RESET client_min_messages;
+RESET slidewin.redis_url;
+RESET slidewin.redis_retry_interval;
+RESET slidewin.deny_cache;
+-- Bad arguments, each refused naming it
+SELECT rl_headers(NULL::record[], ARRAY['a']);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[r], NULL) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[r], ARRAY['a'], NULL) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[r, r], ARRAY['a']) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[r, r], ARRAY['a', 'b'], ARRAY['\x01'::bytea]) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[r, r], ARRAY['a', 'a']) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[r, r], ARRAY['a', NULL]) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[r, NULL], ARRAY['a', 'b']) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[r, r], ARRAY['a', 'ä']) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[r], ARRAY['a'], ARRAY[decode(repeat('ab', 65), 'hex')]) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(ARRAY[[r], [r]], ARRAY[['a'], ['b']]) FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers('{}'::rl_result[], '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(array_agg(r), array_agg(n::text))
+  FROM generate_series(1, 17) n, rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+-- a row that is not a result: each field rl_headers reads must be there,
+-- with its type; the rows of rl_attempt_all_rows have them
+SELECT rl_headers(ARRAY[ROW(true, 2)], ARRAY['a']);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_headers(array_agg(a), ARRAY['a'])
+  FROM (SELECT true AS allowed, 2::bigint AS remaining, '0'::interval AS retry_after,
+               now() AS reset_at, 3 AS lim, '1 minute'::interval AS win) a;
+\echo :LAST_ERROR_SQLSTATE
+-- and a bad field of an element names the element
+SELECT rl_headers(ARRAY[r, ROW(true, 4, '0', '2031-03-01 13:00:30+00', 'redis', 3, '1 minute', NULL, NULL)::rl_result],
+                  ARRAY['a', 'b'])
+  FROM rl_peek('t:ip', 5, '1 minute') r;
+\echo :LAST_ERROR_SQLSTATE
+DROP TABLE tiers;
+SELECT rl_reset(k) FROM unnest(ARRAY['t:ip', 't:route', 't:plan']) k;

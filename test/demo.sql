@@ -217,7 +217,8 @@ SELECT allowed, remaining, store FROM rl_attempt('demo:hammer', 5, '1 minute');
 
 
 \echo
-\echo '== 10. In a web stack: headers for every response, refunds and penalties after the transaction'
+\echo '== 10. In a web stack: headers for every response, refunds and penalties after the transaction,'
+\echo 'several limits in one call'
 \echo 'rl_headers turns any result into the response headers (IETF RateLimit draft and X-RateLimit-*):'
 SELECT allowed, rl_headers(r) AS headers FROM rl_attempt('demo:web:acme', 2, '1 minute') r;
 SELECT allowed, ticket FROM rl_attempt('demo:web:acme', 2, '1 minute') \gset demo_
@@ -228,3 +229,19 @@ SELECT rl_refund('demo:web:acme', :'demo_ticket') AS given_back,
 SELECT allowed, remaining FROM rl_attempt('demo:web:acme', 2, '1 minute');
 \echo 'A client sent garbage: a penalty of 10 units keeps it out for the whole minute.'
 SELECT allowed, remaining, retry_after FROM rl_penalize('demo:web:mallory', 2, '1 minute', 10);
+\echo 'Several limits per request, all or nothing: an address, a route of an API key and a plan in'
+\echo 'one rl_attempt_all. The route allows 2 a minute, so it alone refuses the third request.'
+SELECT n AS request, (r).allowed, (r).lim AS limit_that_decided, (r).retry_after
+FROM (SELECT n, rl_attempt_all(ARRAY['demo:ip:203.0.113.7', 'demo:route:/export:key:7', 'demo:plan:key:7'],
+                               ARRAY[100, 2, 1000], ARRAY['1 minute', '1 minute', '1 day']::interval[]) AS r
+      FROM generate_series(1, 3) AS n) AS calls;
+\echo 'The refused request charged no tier: the address and the plan have 2 units used, not 3.'
+SELECT k AS key, l - (rl_peek(k, l, w)).remaining AS used
+FROM unnest(ARRAY['demo:ip:203.0.113.7', 'demo:route:/export:key:7', 'demo:plan:key:7'],
+            ARRAY[100, 2, 1000], ARRAY['1 minute', '1 minute', '1 day']::interval[]) AS t(k, l, w);
+\echo 'Its headers list every tier under a name of its own (never the key), Retry-After from the route:'
+SELECT h ->> 'RateLimit' AS "RateLimit", h ->> 'Retry-After' AS "Retry-After"
+FROM (SELECT rl_headers(array_agg(a ORDER BY a.ordinality), ARRAY['per-ip', 'per-route', 'plan']) AS h
+      FROM rl_attempt_all_rows(ARRAY['demo:ip:203.0.113.7', 'demo:route:/export:key:7', 'demo:plan:key:7'],
+                               ARRAY[100, 2, 1000], ARRAY['1 minute', '1 minute', '1 day']::interval[])
+           WITH ORDINALITY AS a) AS s;

@@ -428,9 +428,10 @@ run_tap_suite() {
 	# do not start beside 057's unpaced pgbench runs (on a machine loaded
 	# elsewhere, 080 beside 057 took 231 s of its 240).
 	local -a queue=() slow=(057_outage_exact 056_leases 080_tls 140_soak
-		101_cluster_moves 090_sentinel 110_stats 100_cluster 064_misconf
-		012_recovery 010_concurrency 131_example_fastapi
-		130_example_express 060_standby_known_denials)
+		014_attempt_all 101_cluster_moves 090_sentinel 110_stats 100_cluster
+		064_misconf 016_attempt_all_fallback 012_recovery 010_concurrency
+		131_example_fastapi 130_example_express 132_headers_all_sfv
+		060_standby_known_denials)
 	local -A is_slow=()
 	for t in "${slow[@]}"; do
 		is_slow[$t]=1
@@ -738,18 +739,46 @@ if [[ -n $run_label ]] || { [[ -n ${SLIDEWIN_ONLY:-} ]] && ! grep -Eq -- "$SLIDE
 	finished=1
 	exit 0
 fi
+# The three smokes run at once, each on a third of the port range (they
+# check that each workload runs, not its speed, so sharing the CPUs costs
+# them nothing but time, and saves the suite a minute), and are reported
+# one after the other.
+read -r smoke_lo smoke_hi < <(port_range)
+smoke_step=$(((smoke_hi - smoke_lo + 1) / 3))
+declare -A smoke_pid
+start_smoke() { # start_smoke NAME INDEX LIMIT CMD...: in the background, output in $work/NAME.out
+	local name=$1 i=$2 limit=$3 lo
+	shift 3
+	lo=$((smoke_lo + i * smoke_step))
+	SLIDEWIN_PORT_RANGE=$lo-$((lo + smoke_step - 1)) timeout -k 15 "$limit" "$@" \
+		>"$work/$name.out" 2>&1 </dev/null &
+	smoke_pid[$name]=$!
+	running[$!]="$name"
+}
+wait_smoke() { # wait_smoke NAME: its exit status
+	local name=$1 pid=${smoke_pid[$1]} rc=0
+	wait "$pid" || rc=$?
+	unset "running[$pid]"
+	return "$rc"
+}
+start_smoke bench_smoke 0 300 bash "$repo/test/bench/run.sh" --smoke
+# The script-level benchmark (make bench-scripts), as briefly: every row
+# must come out with a figure for both scripts.
+start_smoke scripts_smoke 1 120 bash "$repo/test/bench/scripts.sh" 2000
+# The web benchmark (make bench-web), as briefly: every route of its app
+# answers 200 under autocannon.
+start_smoke web_smoke 2 300 bash "$repo/test/bench/web.sh" --smoke
+
 banner "bench smoke (test/bench/run.sh --smoke)"
-if timeout -k 15 300 bash "$repo/test/bench/run.sh" --smoke >"$work/bench_smoke.out" 2>&1; then
+if wait_smoke bench_smoke; then
 	tail -n 3 "$work/bench_smoke.out"
 	pass
 else
 	tail -n 40 "$work/bench_smoke.out"
 	fail "bench smoke"
 fi
-# The script-level benchmark (make bench-scripts), as briefly: every row
-# must come out with a figure for both scripts.
 banner "script benchmark smoke (test/bench/scripts.sh 2000)"
-if timeout -k 15 120 bash "$repo/test/bench/scripts.sh" 2000 >"$work/scripts_smoke.out" 2>&1 &&
+if wait_smoke scripts_smoke &&
 	[[ $(grep -cE '^\| [a-z].* \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ ×' "$work/scripts_smoke.out") -eq 7 ]]; then
 	echo "7 rows, each measured"
 	pass
@@ -757,10 +786,8 @@ else
 	tail -n 20 "$work/scripts_smoke.out"
 	fail "script benchmark smoke"
 fi
-# The web benchmark (make bench-web), as briefly: every route of its app
-# answers 200 under autocannon.
 banner "web benchmark smoke (test/bench/web.sh --smoke)"
-if timeout -k 15 300 bash "$repo/test/bench/web.sh" --smoke >"$work/web_smoke.out" 2>&1; then
+if wait_smoke web_smoke; then
 	grep -E '^\| many ' "$work/web_smoke.out" | wc -l | sed 's/$/ routes, each answered 200/'
 	pass
 else

@@ -27,11 +27,13 @@
 #include "result.h"
 #include "settings.h"
 #include "switch.h"
+#include "ticket.h"
 
 PG_FUNCTION_INFO_V1(slidewin_attempt_all);
 PG_FUNCTION_INFO_V1(slidewin_allow_all);
 PG_FUNCTION_INFO_V1(slidewin_enforce_all);
 PG_FUNCTION_INFO_V1(slidewin_attempt_all_rows);
+PG_FUNCTION_INFO_V1(slidewin_refund_all);
 
 static const char *const array_names[] = {"keys", "lims", "wins", "costs"};
 
@@ -95,6 +97,7 @@ check_all(FunctionCallInfo fcinfo, RlArgs *args)
 			   *wins,
 			   *costs = NULL;
 	int			n = read_array(fcinfo, 0, TEXTOID, &keys);
+	/* any algorithm rl_attempt takes; every key of the call uses it */
 	RlAlgorithm algorithm = limit_algorithm(opt_text(fcinfo, 6));
 
 	if (read_array(fcinfo, 1, INT8OID, &lims) != n ||
@@ -104,13 +107,6 @@ check_all(FunctionCallInfo fcinfo, RlArgs *args)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("arguments \"keys\", \"lims\", \"wins\" and \"costs\" must have the same length"),
 				 errdetail("\"keys\" has %d elements.", n)));
-	if (algorithm != ALGO_SLIDING_LOG)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("rl_attempt_all does not support algorithm %s yet",
-						limit_algorithm_name(algorithm)),
-				 errhint("Use algorithm sliding_log, the default.")));
-
 	memset(args, 0, sizeof(RlArgs) * n);
 	for (int i = 0; i < n; i++)
 	{
@@ -152,6 +148,18 @@ do_attempt_all(FunctionCallInfo fcinfo, RlArgs *args, RlOutcome *o, int *n)
 							  refund, o);
 }
 
+/*
+ * The key that decided, in rl_result, with the ticket of the whole call:
+ * rl_refund_all gives back every key's units with it.
+ */
+static Datum
+decider_datum(FunctionCallInfo fcinfo, int n, const RlArgs *args, const RlOutcome *o, int d)
+{
+	char	   *ticket = ticket_make_all(n, args, o);
+
+	return result_datum_ticket(fcinfo, &args[d], &o[d], (const char *const *) &ticket);
+}
+
 Datum
 slidewin_attempt_all(PG_FUNCTION_ARGS)
 {
@@ -160,7 +168,7 @@ slidewin_attempt_all(PG_FUNCTION_ARGS)
 	int			n;
 	int			d = do_attempt_all(fcinfo, args, o, &n);
 
-	return result_datum(fcinfo, &args[d], &o[d]);
+	return decider_datum(fcinfo, n, args, o, d);
 }
 
 Datum
@@ -184,7 +192,7 @@ slidewin_enforce_all(PG_FUNCTION_ARGS)
 
 	if (!o[d].allowed)
 		enforce_raise_denied(&args[d], &o[d]);
-	return result_datum(fcinfo, &args[d], &o[d]);
+	return decider_datum(fcinfo, n, args, o, d);
 }
 
 /* One row per key, in the caller's order: the key, then its rl_result's columns. */
@@ -209,4 +217,43 @@ slidewin_attempt_all_rows(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * rl_refund_all(keys, ticket): give back, now, the units of every key's
+ * entry that rl_attempt_all's ticket names, each in the store that recorded
+ * it (ticket_give_back, as rl_refund). keys must be the call's, in its
+ * order. Returns how many keys had units given back: 0 when there was
+ * nothing left to give back (handed in before, rolled back, reset, or out
+ * of the window). When Redis cannot answer, an ERROR, after the keys before
+ * it were given back; the ticket stays good, and a retry gives back the
+ * rest only.
+ */
+Datum
+slidewin_refund_all(PG_FUNCTION_ARGS)
+{
+	RlArgs		args[RL_MAX_KEYS];
+	RlTicket	t[RL_MAX_KEYS];
+	Datum	   *keys;
+	int			n = read_array(fcinfo, 0, TEXTOID, &keys);
+	int			given = 0;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"ticket\" must not be null"),
+				 errhint("rl_attempt_all's result has no ticket when the call recorded nothing: a denial, an answer of the allow or deny policy, or one of the counting algorithms, which keep counts, not entries.")));
+	memset(args, 0, sizeof(RlArgs) * n);
+	for (int i = 0; i < n; i++)
+	{
+		text	   *key = DatumGetTextPP(keys[i]);
+		char		kname[16];
+
+		snprintf(kname, sizeof(kname), "keys[%d]", i + 1);
+		limit_set_key_named(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key), kname, &args[i]);
+	}
+	ticket_read_all(text_to_cstring(PG_GETARG_TEXT_PP(1)), n, args, t);
+	for (int i = 0; i < n; i++)
+		given += ticket_give_back(&args[i], &t[i]) ? 1 : 0;
+	PG_RETURN_INT32(given);
 }

@@ -2,8 +2,9 @@
  *
  * denial.c
  *		A result as HTTP header fields, for a program to read: the SQL
- *		function rl_headers, and the DETAIL of slidewin.error_style = json
- *		(which carries the same header fields).
+ *		function rl_headers, of one result or (1.12) of the rows of a call
+ *		over several keys, one policy each, and the DETAIL of
+ *		slidewin.error_style = json (which carries the same header fields).
  *
  * One function computes the header fields for both, so that a denial's
  * JSON and rl_headers of the same result cannot drift apart; the
@@ -34,18 +35,22 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_type.h"
 #include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 
 #include "denial.h"
 
 PG_FUNCTION_INFO_V1(slidewin_headers);
+PG_FUNCTION_INFO_V1(slidewin_headers_all);
 
 /* The longest partition key rl_headers takes, in bytes. */
 #define PK_MAX_BYTES 64
@@ -92,44 +97,76 @@ quota_back_us(const RlOutcome *o, bool can_retry, int64 now_us)
 }
 
 /*
- * item: the policy's name as a structured-field string, quotes included;
- * pk: ";pk=" and the partition key as a structured-field byte sequence, or
- * "".
+ * The header fields of n results, one policy each, as one JSON object.
+ * items[i]: policy i's name as a structured-field string, quotes included;
+ * pks[i]: ";pk=" and its partition key as a structured-field byte sequence,
+ * or "". RateLimit-Policy and RateLimit are lists of one member per policy
+ * (draft -11 allows several); the X-RateLimit-* fields, which hold one
+ * number each, and Retry-After describe one policy, the one that decided:
+ * when the call was denied, the one with the longest wait (the call passes
+ * no sooner than every policy lets it), else the one with the fewest units
+ * left; the first of equals. With n = 1 this is rl_headers(r) as before.
+ * can_retry false: no retry can pass, so there is no Retry-After.
  */
 static void
-headers_named(StringInfo buf, const char *item, const char *pk, const RlOutcome *o,
-			  bool can_retry, int64 now_us)
+headers_list(StringInfo buf, int n, char **items, char **pks, const RlOutcome *os,
+			 bool can_retry, int64 now_us)
 {
 	bool		first = true;
-	int64		retry_s = Max(ceil_div(o->retry_us, USECS_PER_SEC), 0);
+	int			d = 0;
+	int64		retry_s;
+	StringInfoData policy;
+	StringInfoData state;
+	const RlOutcome *o;
+
+	for (int i = 1; i < n; i++)
+	{
+		if (can_retry ? os[i].retry_us > os[d].retry_us :
+			os[i].known && (!os[d].known || os[i].remaining < os[d].remaining))
+			d = i;
+	}
+	o = &os[d];
+	retry_s = Max(ceil_div(o->retry_us, USECS_PER_SEC), 0);
+
+	initStringInfo(&policy);
+	initStringInfo(&state);
+	for (int i = 0; i < n; i++)
+	{
+		if (os[i].lim >= 0)
+			appendStringInfo(&policy, "%s%s;q=" INT64_FORMAT ";w=" INT64_FORMAT "%s",
+							 policy.len > 0 ? ", " : "", items[i], os[i].lim,
+							 ceil_div(os[i].win_us, USECS_PER_SEC), pks[i]);
+		if (os[i].known)
+		{
+			appendStringInfo(&state, "%s%s;r=" INT64_FORMAT,
+							 state.len > 0 ? ", " : "", items[i], os[i].remaining);
+			/* the effective window, when the store said when it ends */
+			if (os[i].next_us >= 0)
+			{
+				int64		t_s = Max(ceil_div(os[i].next_us - now_us, USECS_PER_SEC), 0);
+
+				/* no later than Retry-After, as the draft asks */
+				if (can_retry)
+					t_s = Min(t_s, retry_s);
+				appendStringInfo(&state, ";t=" INT64_FORMAT, t_s);
+			}
+			appendStringInfoString(&state, pks[i]);
+		}
+	}
 
 	appendStringInfoChar(buf, '{');
+	if (policy.len > 0)
+		header(buf, &first, "RateLimit-Policy", policy.data);
 	if (o->lim >= 0)
-	{
-		header(buf, &first, "RateLimit-Policy",
-			   psprintf("%s;q=" INT64_FORMAT ";w=" INT64_FORMAT "%s",
-						item, o->lim, ceil_div(o->win_us, USECS_PER_SEC), pk));
 		header(buf, &first, "X-RateLimit-Limit", psprintf(INT64_FORMAT, o->lim));
-	}
+	if (state.len > 0)
+		header(buf, &first, "RateLimit", state.data);
 	if (o->known)
 	{
-		int64		back_us = quota_back_us(o, can_retry, now_us);
-		char	   *t = "";
-
-		/* the effective window, when the store said when it ends */
-		if (o->next_us >= 0)
-		{
-			int64		t_s = Max(ceil_div(o->next_us - now_us, USECS_PER_SEC), 0);
-
-			if (can_retry)
-				t_s = Min(t_s, retry_s);
-			t = psprintf(";t=" INT64_FORMAT, t_s);
-		}
-		header(buf, &first, "RateLimit",
-			   psprintf("%s;r=" INT64_FORMAT "%s%s", item, o->remaining, t, pk));
 		header(buf, &first, "X-RateLimit-Remaining", psprintf(INT64_FORMAT, o->remaining));
 		header(buf, &first, "X-RateLimit-Reset",
-			   psprintf(INT64_FORMAT, ceil_div(back_us, USECS_PER_SEC)));
+			   psprintf(INT64_FORMAT, ceil_div(quota_back_us(o, can_retry, now_us),
+											   USECS_PER_SEC)));
 	}
 	if (can_retry)
 		header(buf, &first, "Retry-After", psprintf(INT64_FORMAT, retry_s));
@@ -140,7 +177,10 @@ void
 denial_headers(StringInfo buf, const RlOutcome *o, bool can_retry, int64 now_us)
 {
 	/* rl_headers' default name, no partition key */
-	headers_named(buf, "\"default\"", "", o, can_retry, now_us);
+	char	   *item = "\"default\"";
+	char	   *pk = "";
+
+	headers_list(buf, 1, &item, &pk, o, can_retry, now_us);
 }
 
 static void
@@ -189,14 +229,15 @@ denial_detail_json(StringInfo buf, const RlArgs *args, const RlOutcome *o,
 
 /* A field of r, or NULL-ness; 22004 naming it when it must be there. */
 static Datum
-result_field(HeapTupleHeader r, const char *field, bool required, bool *isnull)
+result_field(HeapTupleHeader r, const char *arg, const char *field, bool required,
+			 bool *isnull)
 {
 	Datum		d = GetAttributeByName(r, field, isnull);
 
 	if (*isnull && required)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("field \"%s\" of argument \"r\" must not be null", field)));
+				 errmsg("field \"%s\" of argument \"%s\" must not be null", field, arg)));
 	return d;
 }
 
@@ -205,38 +246,39 @@ result_field(HeapTupleHeader r, const char *field, bool required, bool *isnull)
  * result of slidewin has any), and at least min_us.
  */
 static int64
-result_interval_us(const Interval *iv, const char *field, int64 min_us)
+result_interval_us(const Interval *iv, const char *arg, const char *field, int64 min_us)
 {
 	int64		us;
 
 	if (iv->month != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("field \"%s\" of argument \"r\" must not contain months", field)));
+				 errmsg("field \"%s\" of argument \"%s\" must not contain months", field, arg)));
 	if (pg_mul_s64_overflow((int64) iv->day, USECS_PER_DAY, &us) ||
 		pg_add_s64_overflow(us, iv->time, &us))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("field \"%s\" of argument \"r\" is out of range", field)));
+				 errmsg("field \"%s\" of argument \"%s\" is out of range", field, arg)));
 	if (us < min_us)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 min_us > 0 ?
-				 errmsg("field \"%s\" of argument \"r\" must be positive", field) :
-				 errmsg("field \"%s\" of argument \"r\" must not be negative", field)));
+				 errmsg("field \"%s\" of argument \"%s\" must be positive", field, arg) :
+				 errmsg("field \"%s\" of argument \"%s\" must not be negative", field, arg)));
 	return us;
 }
 
 /* Two fields set together or not at all: 22004 naming the one left NULL. */
 static void
-result_pair(bool first_null, const char *first, bool second_null, const char *second)
+result_pair(const char *arg, bool first_null, const char *first, bool second_null,
+			const char *second)
 {
 	if (first_null == second_null)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			 errmsg("field \"%s\" of argument \"r\" must not be null when \"%s\" is set",
-					first_null ? first : second, first_null ? second : first),
+			 errmsg("field \"%s\" of argument \"%s\" must not be null when \"%s\" is set",
+					first_null ? first : second, arg, first_null ? second : first),
 			 errdetail("A result has both \"%s\" and \"%s\", or neither.", first, second)));
 }
 
@@ -245,7 +287,7 @@ result_pair(bool first_null, const char *first, bool second_null, const char *se
  * has no such field (a database not yet updated); checked like reset_at.
  */
 static int64
-result_next_us(HeapTupleHeader r)
+result_next_us(HeapTupleHeader r, const char *arg)
 {
 	TupleDesc	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(r),
 											  HeapTupleHeaderGetTypMod(r));
@@ -260,18 +302,18 @@ result_next_us(HeapTupleHeader r)
 	ReleaseTupleDesc(desc);
 	if (!has)
 		return -1;
-	next_at = DatumGetTimestampTz(result_field(r, "next_at", false, &isnull));
+	next_at = DatumGetTimestampTz(result_field(r, arg, "next_at", false, &isnull));
 	if (isnull)
 		return -1;
 	if (TIMESTAMP_NOT_FINITE(next_at))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("field \"next_at\" of argument \"r\" must be finite")));
+				 errmsg("field \"next_at\" of argument \"%s\" must be finite", arg)));
 	us = next_at + ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
 	if (us < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("field \"next_at\" of argument \"r\" must not be before 1970")));
+				 errmsg("field \"next_at\" of argument \"%s\" must not be before 1970", arg)));
 	return us;
 }
 
@@ -281,7 +323,7 @@ result_next_us(HeapTupleHeader r)
  * is negative, empty or beyond what the others allow.
  */
 static void
-result_outcome(HeapTupleHeader r, RlOutcome *o)
+result_outcome(HeapTupleHeader r, const char *arg, RlOutcome *o)
 {
 	bool		lim_null;
 	bool		win_null;
@@ -295,13 +337,13 @@ result_outcome(HeapTupleHeader r, RlOutcome *o)
 	TimestampTz reset_at;
 
 	memset(o, 0, sizeof(*o));
-	o->allowed = DatumGetBool(result_field(r, "allowed", true, &isnull));
-	o->retry_us = result_interval_us(DatumGetIntervalP(result_field(r, "retry_after", true, &isnull)),
-									 "retry_after", 0);
+	o->allowed = DatumGetBool(result_field(r, arg, "allowed", true, &isnull));
+	o->retry_us = result_interval_us(DatumGetIntervalP(result_field(r, arg, "retry_after", true, &isnull)),
+									 arg, "retry_after", 0);
 
-	lim = result_field(r, "lim", false, &lim_null);
-	win = result_field(r, "win", false, &win_null);
-	result_pair(lim_null, "lim", win_null, "win");
+	lim = result_field(r, arg, "lim", false, &lim_null);
+	win = result_field(r, arg, "win", false, &win_null);
+	result_pair(arg, lim_null, "lim", win_null, "win");
 	o->lim = -1;
 	if (!lim_null)
 	{
@@ -309,13 +351,13 @@ result_outcome(HeapTupleHeader r, RlOutcome *o)
 		if (o->lim < 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("field \"lim\" of argument \"r\" must be at least 1")));
-		o->win_us = result_interval_us(DatumGetIntervalP(win), "win", 1);
+					 errmsg("field \"lim\" of argument \"%s\" must be at least 1", arg)));
+		o->win_us = result_interval_us(DatumGetIntervalP(win), arg, "win", 1);
 	}
 
-	rem = result_field(r, "remaining", false, &rem_null);
-	reset = result_field(r, "reset_at", false, &reset_null);
-	result_pair(rem_null, "remaining", reset_null, "reset_at");
+	rem = result_field(r, arg, "remaining", false, &rem_null);
+	reset = result_field(r, arg, "reset_at", false, &reset_null);
+	result_pair(arg, rem_null, "remaining", reset_null, "reset_at");
 	o->known = !rem_null;
 	if (!o->known)
 		return;
@@ -323,31 +365,124 @@ result_outcome(HeapTupleHeader r, RlOutcome *o)
 	if (o->remaining < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("field \"remaining\" of argument \"r\" must not be negative")));
+				 errmsg("field \"remaining\" of argument \"%s\" must not be negative", arg)));
 	if (o->lim >= 0 && o->remaining > o->lim)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("field \"remaining\" of argument \"r\" must not be more than \"lim\""),
+				 errmsg("field \"remaining\" of argument \"%s\" must not be more than \"lim\"", arg),
 				 errdetail("\"remaining\" is " INT64_FORMAT " and \"lim\" is " INT64_FORMAT ".",
 						   o->remaining, o->lim)));
-	o->next_us = result_next_us(r);
+	o->next_us = result_next_us(r, arg);
 	reset_at = DatumGetTimestampTz(reset);
 	if (TIMESTAMP_NOT_FINITE(reset_at))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("field \"reset_at\" of argument \"r\" must be finite")));
+				 errmsg("field \"reset_at\" of argument \"%s\" must be finite", arg)));
 	o->reset_at_us = reset_at + ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
 	if (o->reset_at_us < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("field \"reset_at\" of argument \"r\" must not be before 1970")));
+				 errmsg("field \"reset_at\" of argument \"%s\" must not be before 1970", arg)));
+}
+
+/*
+ * The fields rl_headers reads, and their types: a row of rl_result has
+ * them; any other row must too, or a field would be read as a type it is
+ * not. next_at may be missing (a database not yet updated to 1.11).
+ */
+static const struct
+{
+	const char *name;
+	Oid			type;
+	bool		optional;
+}			result_fields[] =
+{
+	{"allowed", BOOLOID, false},
+	{"remaining", INT8OID, false},
+	{"retry_after", INTERVALOID, false},
+	{"reset_at", TIMESTAMPTZOID, false},
+	{"lim", INT8OID, false},
+	{"win", INTERVALOID, false},
+	{"next_at", TIMESTAMPTZOID, true},
+};
+
+static void
+result_check_type(HeapTupleHeader r, const char *arg)
+{
+	TupleDesc	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(r),
+											  HeapTupleHeaderGetTypMod(r));
+
+	for (int f = 0; f < lengthof(result_fields); f++)
+	{
+		Oid			type = InvalidOid;
+
+		for (int i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), result_fields[f].name) == 0)
+				type = att->atttypid;
+		}
+		if (type == result_fields[f].type || (type == InvalidOid && result_fields[f].optional))
+			continue;
+		ReleaseTupleDesc(desc);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" has no field \"%s\" of type %s", arg,
+						result_fields[f].name, format_type_be(result_fields[f].type)),
+				 errdetail("Each element is a row of rl_attempt_all_rows or an rl_result.")));
+	}
+	ReleaseTupleDesc(desc);
+}
+
+/*
+ * A policy's name as a structured-field string, quotes included, appended
+ * to item; arg names the argument in errors.
+ */
+static void
+policy_item(const char *name, const char *arg, StringInfo item)
+{
+	if (name[0] == '\0' || strspn(name, " !\"#$%&'()*+,-./0123456789:;<=>?@"
+								  "ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`"
+								  "abcdefghijklmnopqrstuvwxyz{|}~") != strlen(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be one or more printable ASCII characters", arg),
+				 errdetail("It becomes the policy's name, a structured-field string.")));
+	appendStringInfoChar(item, '"');
+	for (const char *c = name; *c; c++)
+	{
+		if (*c == '"' || *c == '\\')
+			appendStringInfoChar(item, '\\');
+		appendStringInfoChar(item, *c);
+	}
+	appendStringInfoChar(item, '"');
+}
+
+/* ";pk=" and the partition key as a structured-field byte sequence. */
+static void
+partition_key(bytea *key, const char *arg, StringInfo pk)
+{
+	char	   *b64;
+
+	if (VARSIZE_ANY_EXHDR(key) > PK_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be at most %d bytes", arg, PK_MAX_BYTES),
+				 errdetail("It is %zu bytes long.", (size_t) VARSIZE_ANY_EXHDR(key))));
+	b64 = TextDatumGetCString(DirectFunctionCall2(binary_encode, PointerGetDatum(key),
+												  CStringGetTextDatum("base64")));
+	appendStringInfoString(pk, ";pk=:");
+	for (const char *c = b64; *c; c++)
+		if (*c != '\n')
+			appendStringInfoChar(pk, *c);
+	appendStringInfoChar(pk, ':');
 }
 
 Datum
 slidewin_headers(PG_FUNCTION_ARGS)
 {
 	RlOutcome	o;
-	char	   *name;
 	StringInfoData item;
 	StringInfoData pk;
 	StringInfoData buf;
@@ -360,54 +495,137 @@ slidewin_headers(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("argument \"name\" must not be null")));
-	name = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	if (name[0] == '\0' || strspn(name, " !\"#$%&'()*+,-./0123456789:;<=>?@"
-								  "ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`"
-								  "abcdefghijklmnopqrstuvwxyz{|}~") != strlen(name))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"name\" must be one or more printable ASCII characters"),
-				 errdetail("It becomes the policy's name, a structured-field string.")));
-	result_outcome(PG_GETARG_HEAPTUPLEHEADER(0), &o);
-
 	initStringInfo(&item);
-	appendStringInfoChar(&item, '"');
-	for (const char *c = name; *c; c++)
-	{
-		if (*c == '"' || *c == '\\')
-			appendStringInfoChar(&item, '\\');
-		appendStringInfoChar(&item, *c);
-	}
-	appendStringInfoChar(&item, '"');
+	policy_item(text_to_cstring(PG_GETARG_TEXT_PP(1)), "name", &item);
+	result_outcome(PG_GETARG_HEAPTUPLEHEADER(0), "r", &o);
 
 	/* rl_headers(r, name, pk): the partition key as a byte sequence */
 	initStringInfo(&pk);
 	if (PG_NARGS() > 2)
 	{
-		bytea	   *key;
-		char	   *b64;
-
 		if (PG_ARGISNULL(2))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("argument \"pk\" must not be null"),
 					 errhint("Call rl_headers(r, name) for header fields without a partition key.")));
-		key = PG_GETARG_BYTEA_PP(2);
-		if (VARSIZE_ANY_EXHDR(key) > PK_MAX_BYTES)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argument \"pk\" must be at most %d bytes", PK_MAX_BYTES),
-					 errdetail("It is %zu bytes long.", (size_t) VARSIZE_ANY_EXHDR(key))));
-		b64 = TextDatumGetCString(DirectFunctionCall2(binary_encode, PointerGetDatum(key),
-													  CStringGetTextDatum("base64")));
-		appendStringInfoString(&pk, ";pk=:");
-		for (const char *c = b64; *c; c++)
-			if (*c != '\n')
-				appendStringInfoChar(&pk, *c);
-		appendStringInfoChar(&pk, ':');
+		partition_key(PG_GETARG_BYTEA_PP(2), "pk", &pk);
 	}
 
 	initStringInfo(&buf);
-	headers_named(&buf, item.data, pk.data, &o, !o.allowed, denial_now_us());
+	headers_list(&buf, 1, &item.data, &pk.data, &o, !o.allowed, denial_now_us());
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+/* ---------------------------------------------------------------------
+ * rl_headers(rows record[], names text[] [, pks bytea[]]) -> jsonb (1.12)
+ *
+ * The header fields of a call over several keys, one policy per key: rows
+ * are rl_attempt_all_rows' rows (array_agg of them) or rl_results, names
+ * the policies' names. The key column is never read: a policy's name is
+ * what the caller chose, since the draft asks that nothing in the fields
+ * reveal what the client should not learn, and a key often would.
+ * ---------------------------------------------------------------------
+ */
+
+/* The elements of array argument argno, at most RL_MAX_KEYS; nulls[i] per element. */
+static int
+headers_array(FunctionCallInfo fcinfo, int argno, const char *arg, Datum **elems, bool **nulls)
+{
+	ArrayType  *a;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			n;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", arg),
+				 argno == 2 ?
+				 errhint("Call rl_headers(rows, names) for header fields without partition keys.") : 0));
+	a = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(a) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be a one-dimensional array", arg)));
+	get_typlenbyvalalign(ARR_ELEMTYPE(a), &typlen, &typbyval, &typalign);
+	deconstruct_array(a, ARR_ELEMTYPE(a), typlen, typbyval, typalign, elems, nulls, &n);
+	if (n < 1 || n > RL_MAX_KEYS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must have 1 to %d elements", arg, RL_MAX_KEYS),
+				 errdetail("It has %d.", n)));
+	return n;
+}
+
+Datum
+slidewin_headers_all(PG_FUNCTION_ARGS)
+{
+	Datum	   *rows;
+	Datum	   *names;
+	Datum	   *keys = NULL;
+	bool	   *rows_null;
+	bool	   *names_null;
+	bool	   *keys_null = NULL;
+	int			n;
+	char	  **items;
+	char	  **pks;
+	RlOutcome  *os;
+	bool		allowed = true;
+	StringInfoData buf;
+
+	n = headers_array(fcinfo, 0, "rows", &rows, &rows_null);
+	if (headers_array(fcinfo, 1, "names", &names, &names_null) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("arguments \"rows\" and \"names\" must have the same length")));
+	if (PG_NARGS() > 2 && headers_array(fcinfo, 2, "pks", &keys, &keys_null) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("arguments \"rows\" and \"pks\" must have the same length")));
+
+	items = palloc(n * sizeof(char *));
+	pks = palloc(n * sizeof(char *));
+	os = palloc(n * sizeof(RlOutcome));
+	for (int i = 0; i < n; i++)
+	{
+		char	   *arg = psprintf("rows[%d]", i + 1);
+		char	   *name;
+		StringInfoData s;
+
+		if (rows_null[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"%s\" must not be null", arg)));
+		result_check_type(DatumGetHeapTupleHeader(rows[i]), arg);
+		result_outcome(DatumGetHeapTupleHeader(rows[i]), arg, &os[i]);
+		allowed = allowed && os[i].allowed;
+
+		if (names_null[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"names[%d]\" must not be null", i + 1)));
+		name = TextDatumGetCString(names[i]);
+		initStringInfo(&s);
+		policy_item(name, psprintf("names[%d]", i + 1), &s);
+		items[i] = s.data;
+		/* a client tells policies apart by name: each once */
+		for (int j = 0; j < i; j++)
+			if (strcmp(items[j], items[i]) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("argument \"names[%d]\" repeats \"names[%d]\"", i + 1, j + 1),
+						 errdetail("Each policy needs a name of its own.")));
+
+		/* a NULL element of pks: that policy has no partition key */
+		initStringInfo(&s);
+		if (keys != NULL && !keys_null[i])
+			partition_key(DatumGetByteaPP(keys[i]), psprintf("pks[%d]", i + 1), &s);
+		pks[i] = s.data;
+	}
+
+	/* the call was admitted only if every key was; else Retry-After is due */
+	initStringInfo(&buf);
+	headers_list(&buf, n, items, pks, os, !allowed, denial_now_us());
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
 }

@@ -165,13 +165,49 @@ enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcome *o)
 	stats_count_call(args, o, charge_call(args, policy, refund, true, o));
 }
 
+/*
+ * rl_attempt_all and the deny cache: the first key, in the caller's order,
+ * whose denial this backend knows (deny_cache_lookup, by rl_attempt's own
+ * rules: generations, refunds in flight, the setting) denies the whole
+ * call without a round trip, with that key's answer. The other keys were
+ * not asked: denied, with nothing known of them (remaining NULL, store
+ * "none", no retry of their own). Returns that key, or -1.
+ */
+static int
+cached_denial_all(int n, const RlArgs *a, RlOutcome *o)
+{
+	for (int k = 0; k < n; k++)
+	{
+		if (!deny_cache_lookup(&a[k], &o[k]))
+			continue;
+		for (int j = 0; j < n; j++)
+		{
+			if (j == k)
+				continue;
+			o[j].allowed = false;
+			o[j].known = false;
+			o[j].remaining = 0;
+			o[j].reset_at_us = 0;
+			o[j].used = 0;
+			o[j].retry_us = 0;
+			o[j].recorded_ts = -1;
+			o[j].stable_us = 0;
+			o[j].shadowed = false;
+			o[j].store = "none";
+		}
+		return k;
+	}
+	return -1;
+}
+
 int
 enforce_charge_all(int n, const RlArgs *args, int policy, bool refund, RlOutcome *o)
 {
 	RlArgs		a[RL_MAX_KEYS];
+	DenyStamp	stamps[RL_MAX_KEYS];
 	int			decider = -1;
 	bool		force = !slidewin_enforce;
-	StatsSource source;
+	StatsSource source = STATS_DENY_CACHE;
 
 	if (n < 1 || n > RL_MAX_KEYS)
 		elog(ERROR, "rl_attempt_all called with %d keys", n);
@@ -181,8 +217,23 @@ enforce_charge_all(int n, const RlArgs *args, int policy, bool refund, RlOutcome
 		a[k].force = force;
 		limit_outcome_judged(&args[k], &o[k]);
 	}
-	policy_run_all(policy, n, a, o);
-	source = o[0].store[0] == 'r' ? STATS_REDIS : STATS_POLICY;
+	/* shadow mode records every key, so it always asks, as rl_attempt does */
+	if (!force)
+		decider = cached_denial_all(n, a, o);
+	if (decider < 0)
+	{
+		/*
+		 * Each key's denial is remembered, and each key's written entry
+		 * voids the cached denials of it, as for rl_attempt.
+		 */
+		for (int k = 0; k < n; k++)
+			deny_cache_stamp(&a[k], &stamps[k]);
+		policy_run_all(policy, n, a, o);
+		for (int k = 0; k < n; k++)
+			deny_cache_remember(&a[k], &stamps[k], &o[k]);
+		source = o[0].store[0] == 'r' ? STATS_REDIS :
+			o[0].store[0] == 'f' ? STATS_FALLBACK : STATS_POLICY;
+	}
 
 	for (int k = 0; k < n && decider < 0; k++)
 		if (!o[k].allowed && (o[k].retry_us > 0 || o[k].blocked || !o[k].known))

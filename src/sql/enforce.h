@@ -22,7 +22,8 @@ extern void enforce_charge(const RlArgs *args, int policy, bool refund, RlOutcom
 
 /*
  * rl_attempt_all: the n keys of args charged all or none (policy_run_all),
- * with shadow mode and refunds as enforce_charge has them, each key's
+ * with shadow mode, refunds and the deny cache as enforce_charge has them
+ * (a known denial of any key denies the call unasked), each key's
  * outcome in o[k]. Returns the key that decided: the first that denied,
  * else the one with the least room left (the first of equals).
  */

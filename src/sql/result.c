@@ -71,6 +71,13 @@ result_fill(int natts, const RlArgs *args, const RlOutcome *o, Datum *values, bo
 Datum
 result_datum(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o)
 {
+	return result_datum_ticket(fcinfo, args, o, NULL);
+}
+
+Datum
+result_datum_ticket(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o,
+					const char *const *ticket)
+{
 	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
 	Datum		values[RESULT_MAX_COLUMNS];
 	bool		nulls[RESULT_MAX_COLUMNS];
@@ -87,6 +94,12 @@ result_datum(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome *o)
 		MemoryContextSwitchTo(old);
 	}
 	result_fill(tupdesc->natts, args, o, values, nulls);
+	if (ticket && tupdesc->natts >= 8)
+	{
+		nulls[7] = *ticket == NULL;
+		if (*ticket)
+			values[7] = CStringGetTextDatum(*ticket);
+	}
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 

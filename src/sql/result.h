@@ -24,5 +24,11 @@ extern void result_fill(int natts, const RlArgs *args, const RlOutcome *o,
 
 extern Datum result_datum(FunctionCallInfo fcinfo, const RlArgs *args,
 						  const RlOutcome *o);
+/*
+ * The same with *ticket in the ticket column instead of the one o names
+ * (rl_attempt_all's, naming every key's entry); ticket NULL: as above.
+ */
+extern Datum result_datum_ticket(FunctionCallInfo fcinfo, const RlArgs *args,
+								 const RlOutcome *o, const char *const *ticket);
 
 #endif							/* SLIDEWIN_RESULT_H */

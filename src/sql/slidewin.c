@@ -249,21 +249,14 @@ slidewin_attempt_multi(PG_FUNCTION_ARGS)
 
 /*
  * rl_refund(key, ticket): give back the units of the entry a ticket names,
- * now, in the store that recorded it. Idempotent: a ticket handed in twice,
- * or the entry already given back at ROLLBACK, gives back once; an entry
- * that has left its window, or that an rl_reset removed, has nothing to
- * give back (false). A Redis entry is given back at once, whatever becomes
- * of this transaction, like the entry's admission; a fallback entry with
- * this transaction, like every fallback write. When Redis cannot answer,
- * the refund cannot be made (or known to be unneeded), whatever the
- * failure policy: an ERROR, and the ticket stays good for a retry.
+ * now, in the store that recorded it (ticket_give_back says how).
  */
 Datum
 slidewin_refund(PG_FUNCTION_ARGS)
 {
 	RlArgs		args;
 	RlTicket	t;
-	bool		given = false;
+	bool		given;
 
 	memset(&args, 0, sizeof(args));
 	limit_check_key(fcinfo, 0, &args);
@@ -273,56 +266,7 @@ slidewin_refund(PG_FUNCTION_ARGS)
 				 errmsg("argument \"ticket\" must not be null"),
 				 errhint("A result has no ticket when it recorded nothing: a denial, an answer of the allow or deny policy, or one of the counting algorithms (sliding_counter, fixed_window, token_bucket), which keep counts, not entries.")));
 	ticket_read(text_to_cstring(PG_GETARG_TEXT_PP(1)), &args, &t);
-	args.algorithm = t.multi ? ALGO_MULTI_LOG : ALGO_SLIDING_LOG;
-	args.cost = t.cost;
-	args.win_us = t.win_us;
-
-	if (t.fallback)
-	{
-		bool		carried;
-		char		id[96];
-
-		PreventCommandDuringRecovery("rl_refund of an entry of the fallback store");
-		given = fallback_refund(&args, t.ts, t.cost, t.win_us, &carried);
-
-		/*
-		 * An admission already carried into Redis counts there too: it is
-		 * given back there now, as a Redis entry is (whatever becomes of
-		 * this transaction), or, when Redis cannot answer, not at all: an
-		 * ERROR, which takes the fallback store's refund back with it.
-		 */
-		if (given && carried && fallback_carry_name(&args, t.ts, id, sizeof(id)))
-		{
-			RedisResult r;
-			bool		in_redis;
-
-			if (!policy_redis_may_be_tried(&r))
-				policy_unavailable_error(&r);
-			if (!redis_store_refund_imported(&args, id, t.cost, t.win_us, &in_redis, &r))
-			{
-				policy_redis_failed(&r);
-				policy_unavailable_error(&r);
-			}
-		}
-	}
-	else
-	{
-		RedisResult r;
-
-		if (!policy_redis_may_be_tried(&r))
-			policy_unavailable_error(&r);
-		if (!redis_store_refund_now(&args, t.ts, t.cost, t.win_us, &given, &r))
-		{
-			policy_redis_failed(&r);
-			policy_unavailable_error(&r);
-		}
-	}
-	/* After the refund: see deny_cache.c. */
-	if (given)
-	{
-		deny_cache_invalidate(deny_cache_key_hash(args.key, args.keylen));
-		stats_refund(true);
-	}
+	given = ticket_give_back(&args, &t);
 	PG_RETURN_BOOL(given);
 }
 

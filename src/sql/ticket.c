@@ -22,6 +22,25 @@
  * the entry is idempotent in either store, so handing a ticket in twice,
  * or racing a ROLLBACK's refund of the same entry, gives back once.
  *
+ * rl_attempt_all's ticket names the entry of every key of an admitted
+ * call, so that rl_refund_all gives all of them back: 18 + 33n bytes for n
+ * keys (a multiple of 3: base64url without padding, 24 + 44n characters):
+ *   0      format version (2)
+ *   1      n, 1 to RL_MAX_KEYS
+ *   then for each key, in the call's order, 33 bytes:
+ *     0      flags: 1 = fallback store
+ *     1-8    the entry's time, big-endian
+ *     9-16   its cost
+ *     17-24  its window, in microseconds
+ *     25-32  key tag: HMAC-SHA256(secret, "key" || stored key), first 8 bytes
+ *   last 16: HMAC-SHA256(secret, "tickets" || everything before), first 16
+ * Each key is bound by its tag, as in a ticket of one key, and the order
+ * and number of keys by the signature: the keys handed back with it must
+ * be the call's, in its order, and no key can be added, dropped or swapped.
+ *
+ * ticket_give_back gives back the entry a ticket names; rl_refund and
+ * rl_refund_all both use it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -32,14 +51,20 @@
 #include "common/base64.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
 #include "compat.h"
+#include "deny_cache.h"
 #include "fallback.h"
+#include "fallback_carry.h"
 #include "settings.h"
+#include "stats.h"
+#include "store_redis.h"
+#include "switch.h"
 #include "ticket.h"
 
 #define TICKET_VERSION 1
@@ -53,6 +78,14 @@
 
 #define FLAG_FALLBACK 1
 #define FLAG_MULTI 2
+
+/* rl_attempt_all's tickets (see the header) */
+#define TICKETS_VERSION 2
+#define TICKETS_HEAD 2
+#define TICKETS_REC 33
+#define TICKETS_TAG_LEN 8
+#define TICKETS_BYTES(n) (TICKETS_HEAD + TICKETS_REC * (n) + TICKET_MAC_LEN)
+#define TICKETS_TEXT(n) (TICKETS_BYTES(n) / 3 * 4)
 
 static uint8 secret[SECRET_LEN];
 static bool secret_valid = false;
@@ -131,7 +164,7 @@ hmac(const char *label, const uint8 *a, size_t alen, const uint8 *b, size_t blen
 
 /* The tag of the key as stored: key_prefix, then the user key. */
 static void
-key_tag(const RlArgs *args, uint8 *tag)
+key_tag(const RlArgs *args, uint8 *tag, size_t taglen)
 {
 	const char *prefix = slidewin_key_prefix ? slidewin_key_prefix : "";
 	size_t		plen = strlen(prefix);
@@ -139,7 +172,7 @@ key_tag(const RlArgs *args, uint8 *tag)
 
 	memcpy(buf, prefix, plen);
 	memcpy(buf + plen, args->key, args->keylen);
-	hmac("key", buf, plen + args->keylen, NULL, 0, tag, TICKET_TAG_LEN);
+	hmac("key", buf, plen + args->keylen, NULL, 0, tag, taglen);
 	pfree(buf);
 }
 
@@ -176,7 +209,7 @@ ticket_make(const RlArgs *args, const RlOutcome *o)
 	put64(b + 2, o->entry_ts);
 	put64(b + 10, args->cost);
 	put64(b + 18, args->win_us);
-	key_tag(args, b + TICKET_TAG_AT);
+	key_tag(args, b + TICKET_TAG_AT, TICKET_TAG_LEN);
 	hmac("ticket", b, TICKET_SIGNED, NULL, 0, b + TICKET_SIGNED, TICKET_MAC_LEN);
 
 	n = pg_b64_encode((const slidewin_b64_byte *) b, TICKET_BYTES, text, sizeof(text));
@@ -219,7 +252,9 @@ ticket_read(const char *text, const RlArgs *args, RlTicket *t)
 	size_t		len = strlen(text);
 
 	if (len != TICKET_TEXT)
-		not_a_ticket(psprintf("A ticket is %d characters long; this one is %zu.",
+		not_a_ticket(len > TICKET_TEXT && (len - TICKETS_TEXT(0)) % (TICKETS_REC / 3 * 4) == 0 ?
+					 psprintf("It is %zu characters long, as a ticket of rl_attempt_all is: hand it to rl_refund_all with the call's keys.", len) :
+					 psprintf("A ticket is %d characters long; this one is %zu.",
 							  TICKET_TEXT, len));
 	for (int i = 0; i < TICKET_TEXT; i++)
 	{
@@ -240,7 +275,7 @@ ticket_read(const char *text, const RlArgs *args, RlTicket *t)
 	if (!same_bytes(mac, b + TICKET_SIGNED, TICKET_MAC_LEN) ||
 		(b[1] & ~(FLAG_FALLBACK | FLAG_MULTI)) != 0)
 		not_a_ticket("Its signature does not match: it was altered, or issued by another database.");
-	key_tag(args, tag);
+	key_tag(args, tag, TICKET_TAG_LEN);
 	if (!same_bytes(tag, b + TICKET_TAG_AT, TICKET_TAG_LEN))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -255,4 +290,181 @@ ticket_read(const char *text, const RlArgs *args, RlTicket *t)
 	/* signed by us, so these hold; checked anyway rather than trusted */
 	if (t->ts < 0 || t->cost < 1 || t->cost > RL_MAX_LIMIT || t->win_us <= 0)
 		not_a_ticket("Its fields are out of range.");
+}
+
+/*
+ * rl_attempt_all's ticket: every key's entry (see the header), or NULL
+ * unless every key recorded one (a denial, a policy's answer, a counting
+ * algorithm).
+ */
+char *
+ticket_make_all(int n, const RlArgs *args, const RlOutcome *o)
+{
+	uint8		b[TICKETS_BYTES(RL_MAX_KEYS)];
+	char		text[TICKETS_TEXT(RL_MAX_KEYS) + 8];
+	int			len = TICKETS_BYTES(n);
+	int			tlen;
+
+	Assert(n >= 1 && n <= RL_MAX_KEYS);
+	for (int k = 0; k < n; k++)
+		if (o[k].entry_ts < 0 || o[k].store == NULL)
+			return NULL;
+	load_secret();
+	b[0] = TICKETS_VERSION;
+	b[1] = (uint8) n;
+	for (int k = 0; k < n; k++)
+	{
+		uint8	   *r = b + TICKETS_HEAD + TICKETS_REC * k;
+
+		r[0] = o[k].store[0] == 'f' ? FLAG_FALLBACK : 0;
+		put64(r + 1, o[k].entry_ts);
+		put64(r + 9, args[k].cost);
+		put64(r + 17, args[k].win_us);
+		key_tag(&args[k], r + 25, TICKETS_TAG_LEN);
+	}
+	hmac("tickets", b, len - TICKET_MAC_LEN, NULL, 0, b + len - TICKET_MAC_LEN, TICKET_MAC_LEN);
+
+	tlen = pg_b64_encode((const slidewin_b64_byte *) b, len, text, sizeof(text));
+	if (tlen != TICKETS_TEXT(n))
+		elog(ERROR, "could not encode a ticket");
+	for (int i = 0; i < tlen; i++)
+		text[i] = text[i] == '+' ? '-' : text[i] == '/' ? '_' : text[i];
+	return pnstrdup(text, tlen);
+}
+
+void
+ticket_read_all(const char *text, int n, const RlArgs *args, RlTicket *t)
+{
+	char		std[TICKETS_TEXT(RL_MAX_KEYS)];
+	uint8		b[TICKETS_BYTES(RL_MAX_KEYS) + 4];
+	uint8		mac[TICKET_MAC_LEN];
+	size_t		len = strlen(text);
+	int			bytes;
+	int			count;
+
+	/* the lengths of 1 to RL_MAX_KEYS keys: 24 + 44n characters */
+	if (len < TICKETS_TEXT(1) || len > TICKETS_TEXT(RL_MAX_KEYS) ||
+		(len - TICKETS_TEXT(0)) % (TICKETS_REC / 3 * 4) != 0)
+		not_a_ticket(psprintf("It is %zu characters long, the length of no ticket of rl_attempt_all.",
+							  len));
+	for (size_t i = 0; i < len; i++)
+	{
+		char		c = text[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			  (c >= '0' && c <= '9') || c == '-' || c == '_'))
+			not_a_ticket("It holds a character that is not base64url.");
+		std[i] = c == '-' ? '+' : c == '_' ? '/' : c;
+	}
+	bytes = pg_b64_decode(std, (int) len, (slidewin_b64_byte *) b, sizeof(b));
+	if (bytes != (int) len / 4 * 3)
+		not_a_ticket("It is not valid base64url.");
+	if (b[0] != TICKETS_VERSION)
+		not_a_ticket(b[0] == TICKET_VERSION ?
+					 "It is the ticket of one key: hand it to rl_refund with its key." :
+					 "Its format version is unknown.");
+
+	load_secret();
+	hmac("tickets", b, bytes - TICKET_MAC_LEN, NULL, 0, mac, TICKET_MAC_LEN);
+	count = b[1];
+	if (!same_bytes(mac, b + bytes - TICKET_MAC_LEN, TICKET_MAC_LEN) ||
+		count < 1 || count > RL_MAX_KEYS || TICKETS_BYTES(count) != bytes)
+		not_a_ticket("Its signature does not match: it was altered, or issued by another database.");
+	if (count != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"ticket\" was issued for %d keys, not %d", count, n),
+				 errdetail("Pass the keys of the call that returned the ticket, in the order it was given them.")));
+	for (int k = 0; k < n; k++)
+	{
+		const uint8 *r = b + TICKETS_HEAD + TICKETS_REC * k;
+		uint8		tag[TICKETS_TAG_LEN];
+
+		key_tag(&args[k], tag, TICKETS_TAG_LEN);
+		if (!same_bytes(tag, r + 25, TICKETS_TAG_LEN))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"ticket\" was issued for other keys"),
+					 errdetail("\"keys[%d]\" is not the key the call that returned the ticket had there.", k + 1),
+					 errhint("Pass the keys of that call, in the order it was given them, under the same key_prefix.")));
+		if ((r[0] & ~FLAG_FALLBACK) != 0)
+			not_a_ticket("Its fields are out of range.");
+		t[k].fallback = (r[0] & FLAG_FALLBACK) != 0;
+		t[k].multi = false;
+		t[k].ts = get64(r + 1);
+		t[k].cost = get64(r + 9);
+		t[k].win_us = get64(r + 17);
+		if (t[k].ts < 0 || t[k].cost < 1 || t[k].cost > RL_MAX_LIMIT || t[k].win_us <= 0)
+			not_a_ticket("Its fields are out of range.");
+	}
+}
+
+/*
+ * Give back, now, the units of the entry t names, in the store that
+ * recorded it (rl_refund, for each key of rl_refund_all). Idempotent: a
+ * ticket handed in twice, or the entry already given back at ROLLBACK,
+ * gives back once; an entry that has left its window, or that an rl_reset
+ * removed, has nothing to give back (false). A Redis entry is given back at
+ * once, whatever becomes of this transaction, like the entry's admission;
+ * a fallback entry with this transaction, like every fallback write. When
+ * Redis cannot answer, the refund cannot be made (or known to be
+ * unneeded), whatever the failure policy: an ERROR, and the ticket stays
+ * good for a retry.
+ */
+bool
+ticket_give_back(RlArgs *args, const RlTicket *t)
+{
+	bool		given = false;
+
+	args->algorithm = t->multi ? ALGO_MULTI_LOG : ALGO_SLIDING_LOG;
+	args->cost = t->cost;
+	args->win_us = t->win_us;
+
+	if (t->fallback)
+	{
+		bool		carried;
+		char		id[96];
+
+		PreventCommandDuringRecovery("rl_refund of an entry of the fallback store");
+		given = fallback_refund(args, t->ts, t->cost, t->win_us, &carried);
+
+		/*
+		 * An admission already carried into Redis counts there too: it is
+		 * given back there now, as a Redis entry is (whatever becomes of
+		 * this transaction), or, when Redis cannot answer, not at all: an
+		 * ERROR, which takes the fallback store's refund back with it.
+		 */
+		if (given && carried && fallback_carry_name(args, t->ts, id, sizeof(id)))
+		{
+			RedisResult r;
+			bool		in_redis;
+
+			if (!policy_redis_may_be_tried(&r))
+				policy_unavailable_error(&r);
+			if (!redis_store_refund_imported(args, id, t->cost, t->win_us, &in_redis, &r))
+			{
+				policy_redis_failed(&r);
+				policy_unavailable_error(&r);
+			}
+		}
+	}
+	else
+	{
+		RedisResult r;
+
+		if (!policy_redis_may_be_tried(&r))
+			policy_unavailable_error(&r);
+		if (!redis_store_refund_now(args, t->ts, t->cost, t->win_us, &given, &r))
+		{
+			policy_redis_failed(&r);
+			policy_unavailable_error(&r);
+		}
+	}
+	/* After the refund: see deny_cache.c. */
+	if (given)
+	{
+		deny_cache_invalidate(deny_cache_key_hash(args->key, args->keylen));
+		stats_refund(true);
+	}
+	return given;
 }

@@ -27,4 +27,20 @@ extern char *ticket_make(const RlArgs *args, const RlOutcome *o);
  */
 extern void ticket_read(const char *text, const RlArgs *args, RlTicket *t);
 
+/*
+ * rl_attempt_all's ticket, naming the entry of each of its n keys (NULL
+ * unless every key recorded one), and reading one back for the n keys of
+ * args, in the call's order: 22023 naming argument "ticket" if it is not
+ * one this database issued, or was issued for other keys; t[k] is key k's.
+ */
+extern char *ticket_make_all(int n, const RlArgs *args, const RlOutcome *o);
+extern void ticket_read_all(const char *text, int n, const RlArgs *args, RlTicket *t);
+
+/*
+ * Give back the units of the entry t names, for args' key, in the store
+ * that recorded it: true if given back, false if there was nothing to give
+ * back. An ERROR when Redis cannot answer (the ticket stays good).
+ */
+extern bool ticket_give_back(RlArgs *args, const RlTicket *t);
+
 #endif

@@ -110,9 +110,12 @@ static uint64 carry_epoch_seen = 0;
  */
 static bool carried_in_xact = false;
 
-/* The key's fallback lock, held from the carry to the end of the decision. */
-static bool key_locked = false;
-static LOCKTAG key_lock;
+/*
+ * The keys' fallback locks, held from the carry to the end of the decision:
+ * one for rl_attempt, one per key of a counting algorithm for rl_attempt_all.
+ */
+static int	n_key_locked = 0;
+static LOCKTAG key_locks[RL_MAX_KEYS];
 
 /*
  * The call being decided carried every row of its key in this database
@@ -122,6 +125,14 @@ static LOCKTAG key_lock;
  */
 static bool carry_complete = false;
 static uint64 carry_gen = 0;
+
+/*
+ * The same for each key of an rl_attempt_all (outage_carry_all), whose
+ * answer is noted key by key: the first n_carried_all keys were carried.
+ */
+static int	n_carried_all = 0;
+static bool carry_complete_all[RL_MAX_KEYS];
+static uint64 carry_gen_all[RL_MAX_KEYS];
 
 static void
 carry_xact_callback(XactEvent event, void *arg)
@@ -146,7 +157,8 @@ carry_xact_callback(XactEvent event, void *arg)
 			pg_atomic_fetch_add_u64(&outage_shared->epoch, 1);
 		wrote_in_xact = false;
 		carried_in_xact = false;
-		key_locked = false;		/* a transaction's lock: gone with it */
+		n_key_locked = 0;		/* a transaction's locks: gone with it */
+		n_carried_all = 0;
 	}
 }
 
@@ -174,6 +186,20 @@ void
 outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o)
 {
 	outage_note_answer(args, asked_at, o, carry_complete, carry_gen);
+}
+
+/*
+ * rl_attempt_all: the same for every key, each with what its own carry
+ * achieved (outage_carry_all). An answer of a key whose carry was not
+ * complete moves its count, never the rows it stands in for.
+ */
+void
+outage_remember_all(int n, const RlArgs *args, int64 asked_at, const RlOutcome *o)
+{
+	for (int k = 0; k < n; k++)
+		outage_note_answer(&args[k], asked_at, &o[k],
+						   k < n_carried_all && carry_complete_all[k],
+						   k < n_carried_all ? carry_gen_all[k] : 0);
 }
 
 /*
@@ -243,6 +269,34 @@ outage_fallback_wrote(const RlArgs *args, int64 cost)
 	slot->fb_written++;
 	SpinLockRelease(&slot->mutex);
 	pending[i].units += cost;
+}
+
+/*
+ * An admission counted by outage_fallback_wrote was undone before its
+ * transaction ended (rl_attempt_all rolled back the subtransaction of a
+ * denied call): its units no longer make carries of the key wait.
+ */
+void
+outage_fallback_unwrote(const RlArgs *args, int64 cost)
+{
+	OutageSlot *slot;
+
+	if (!outage_seeds_active() || args->algorithm != ALGO_SLIDING_LOG)
+		return;
+	slot = &outage_shared->slots[outage_keyhash(args) % slidewin_outage_keys];
+	for (int i = 0; i < n_pending; i++)
+	{
+		if (pending[i].slot == slot)
+		{
+			int64		units = Min(cost, pending[i].units);
+
+			SpinLockAcquire(&slot->mutex);
+			slot->fb_pending -= units;
+			SpinLockRelease(&slot->mutex);
+			pending[i].units -= units;
+			return;
+		}
+	}
 }
 
 /*
@@ -464,8 +518,9 @@ outage_carry(const RlArgs *args, RedisResult *r)
 	 */
 	if (args->algorithm != ALGO_SLIDING_LOG)
 	{
-		if (fallback_try_lock_key(args, &key_lock, PENDING_WAIT_MS))
-			key_locked = true;
+		if (n_key_locked < RL_MAX_KEYS &&
+			fallback_try_lock_key(args, &key_locks[n_key_locked], PENDING_WAIT_MS))
+			n_key_locked++;
 		else
 			complete = false;
 	}
@@ -477,15 +532,34 @@ outage_carry(const RlArgs *args, RedisResult *r)
 	return true;
 }
 
+/*
+ * rl_attempt_all: carry every key's rows before Redis decides, keeping what
+ * each carry achieved for outage_remember_all. The locks of the counting
+ * algorithms' keys are all held until outage_carry_end; they are only
+ * tried (never queued for), so the keys' order cannot deadlock.
+ */
+bool
+outage_carry_all(int n, const RlArgs *args, RedisResult *r)
+{
+	n_carried_all = 0;
+	for (int k = 0; k < n; k++)
+	{
+		if (!outage_carry(&args[k], r))
+			return false;
+		carry_complete_all[k] = carry_complete;
+		carry_gen_all[k] = carry_gen;
+		n_carried_all = k + 1;
+	}
+	return true;
+}
+
 void
 outage_carry_end(void)
 {
 	carry_complete = false;
-	if (key_locked)
-	{
-		key_locked = false;
-		fallback_unlock_key(&key_lock);
-	}
+	n_carried_all = 0;
+	while (n_key_locked > 0)
+		fallback_unlock_key(&key_locks[--n_key_locked]);
 }
 
 void

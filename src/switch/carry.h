@@ -22,6 +22,9 @@ extern void carry_init(void);
  * it counted for the key, for the fallback store. Sliding log only.
  */
 extern void outage_remember(const RlArgs *args, int64 asked_at, const RlOutcome *o);
+/* The same for each of rl_attempt_all's n keys (after outage_carry_all). */
+extern void outage_remember_all(int n, const RlArgs *args, int64 asked_at,
+								const RlOutcome *o);
 
 /*
  * The fallback store's side of policy_run (policy.h's FallbackOp): the call
@@ -37,6 +40,8 @@ extern void outage_fallback_peek(const RlArgs *args, RlOutcome *o);
  * must learn of; until the transaction ends, a carry of the key waits for it.
  */
 extern void outage_fallback_wrote(const RlArgs *args, int64 cost);
+/* An admission counted so was rolled back before its transaction ended. */
+extern void outage_fallback_unwrote(const RlArgs *args, int64 cost);
 
 /*
  * Before Redis decides a call: carry the fallback store's admissions of the
@@ -44,6 +49,11 @@ extern void outage_fallback_wrote(const RlArgs *args, int64 cost);
  * then follows its policy.
  */
 extern bool outage_carry(const RlArgs *args, RedisResult *r);
+/*
+ * The same for rl_attempt_all's n keys, each before Redis decides; what
+ * each key's carry achieved is kept for outage_remember_all.
+ */
+extern bool outage_carry_all(int n, const RlArgs *args, RedisResult *r);
 
 /* After Redis decided (or failed): what outage_carry held is let go. */
 extern void outage_carry_end(void);

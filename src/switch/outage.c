@@ -72,30 +72,35 @@ OutageShared *outage_shared = NULL;
 static int64 redis_offset_us = 0;
 
 /*
- * This backend's call in flight (outage_asking): the slot it counted its
- * units in, and how many. A call that Redis has answered but whose answer
- * is not yet noted here may have been admitted: a fallback decision of
- * another backend meanwhile counts its units as spent.
+ * This backend's call in flight (outage_asking): per key (one, or each of
+ * rl_attempt_all's), the slot it counted its units in, and how many. A call
+ * that Redis has answered but whose answer is not yet noted here may have
+ * been admitted: a fallback decision of another backend meanwhile counts
+ * its units as spent.
  */
-static OutageSlot *inflight_slot = NULL;
-static int64 inflight_units = 0;
-static bool inflight_other = false; /* counted in inflight_other */
+typedef struct Inflight
+{
+	OutageSlot *slot;
+	int64		units;
+	bool		other;			/* counted in inflight_other */
+} Inflight;
+
+static Inflight inflight[RL_MAX_KEYS];
+static int	n_inflight = 0;
 
 static void
 inflight_end(void)
 {
-	if (inflight_slot)
+	for (int i = 0; i < n_inflight; i++)
 	{
-		SpinLockAcquire(&inflight_slot->mutex);
-		if (inflight_other)
-			inflight_slot->inflight_other -= inflight_units;
+		SpinLockAcquire(&inflight[i].slot->mutex);
+		if (inflight[i].other)
+			inflight[i].slot->inflight_other -= inflight[i].units;
 		else
-			inflight_slot->inflight -= inflight_units;
-		SpinLockRelease(&inflight_slot->mutex);
-		inflight_other = false;
-		inflight_slot = NULL;
-		inflight_units = 0;
+			inflight[i].slot->inflight -= inflight[i].units;
+		SpinLockRelease(&inflight[i].slot->mutex);
 	}
+	n_inflight = 0;
 }
 
 static void
@@ -203,14 +208,15 @@ outage_clock(void)
 	return fallback_clock();
 }
 
-void
-outage_asking(const RlArgs *args)
+static void
+inflight_add(const RlArgs *args)
 {
 	uint64		kh;
 	OutageSlot *slot;
+	Inflight   *f = &inflight[n_inflight];
 
-	inflight_end();
-	if (!slidewin_outage_exact || !outage_seeds_active() || !outage_covered(args))
+	if (!slidewin_outage_exact || !outage_seeds_active() || !outage_covered(args) ||
+		n_inflight >= RL_MAX_KEYS)
 		return;
 	kh = outage_keyhash(args);
 	slot = &outage_shared->slots[kh % slidewin_outage_keys];
@@ -218,8 +224,10 @@ outage_asking(const RlArgs *args)
 	if (slot->keyhash == kh)
 	{
 		slot->inflight += args->cost;
-		inflight_slot = slot;
-		inflight_units = args->cost;
+		f->slot = slot;
+		f->units = args->cost;
+		f->other = false;
+		n_inflight++;
 	}
 	else if (args->algorithm == ALGO_SLIDING_LOG)
 	{
@@ -229,11 +237,31 @@ outage_asking(const RlArgs *args)
 		 * key's rows before Redis decides it (outage_seed).
 		 */
 		slot->inflight_other += args->cost;
-		inflight_slot = slot;
-		inflight_units = args->cost;
-		inflight_other = true;
+		f->slot = slot;
+		f->units = args->cost;
+		f->other = true;
+		n_inflight++;
 	}
 	SpinLockRelease(&slot->mutex);
+}
+
+void
+outage_asking(const RlArgs *args)
+{
+	inflight_end();
+	inflight_add(args);
+}
+
+/*
+ * rl_attempt_all: each key is in flight, as if it were asked alone; two
+ * keys of one slot are both counted there.
+ */
+void
+outage_asking_all(int n, const RlArgs *args)
+{
+	inflight_end();
+	for (int k = 0; k < n; k++)
+		inflight_add(&args[k]);
 }
 
 void

@@ -24,6 +24,8 @@ extern int64 outage_clock(void);
  * decision of another backend counts its units as spent.
  */
 extern void outage_asking(const RlArgs *args);
+/* The same for each of rl_attempt_all's n keys. */
+extern void outage_asking_all(int n, const RlArgs *args);
 extern void outage_answered(void);
 
 /*

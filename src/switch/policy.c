@@ -22,6 +22,7 @@
 #include "carry.h"
 #include "deny_cache.h"
 #include "fallback.h"
+#include "fallback_all.h"
 #include "misconf.h"
 #include "outage.h"
 #include "outage_log.h"
@@ -247,12 +248,14 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 
 /*
  * rl_attempt_all. Redis decides every key in one script, or no key is
- * decided by it: the failure policy then answers for the whole call. The
- * fallback store cannot keep the all-or-nothing rule over several keys
- * yet, and a call must never be admitted by a store that cannot keep it,
- * so that policy raises instead. Known denials (the deny cache), the
- * outage memory and carrying back are rl_attempt's alone so far: an
- * answer here is not kept for a later fallback call of one of the keys.
+ * decided by it: the failure policy then answers for the whole call, the
+ * fallback store keeping the all-or-nothing rule inside the transaction
+ * (fallback_all.c). Each key is treated as rl_attempt treats its one: in
+ * flight while Redis decides, its fallback admissions carried into Redis
+ * before, and what Redis counted for it kept in the outage memory after,
+ * standing in for its fallback rows only if its own carry was complete.
+ * The deny cache is consulted and filled by the caller
+ * (enforce_charge_all), key by key.
  */
 void
 policy_run_all(int policy, int n, const RlArgs *args, RlOutcome *o)
@@ -261,24 +264,26 @@ policy_run_all(int policy, int n, const RlArgs *args, RlOutcome *o)
 
 	if (policy_redis_may_be_tried(&r))
 	{
-		bool		carried = true;
+		int64		asked_at = outage_clock();
 
 		/*
 		 * What the fallback store admitted of any of the keys during an
 		 * outage reaches Redis before Redis decides (carry.c), as for
 		 * rl_attempt: else Redis would decide without those units.
 		 */
-		for (int i = 0; i < n && carried; i++)
+		outage_asking_all(n, args);
+		if (outage_carry_all(n, args, &r) && redis_store_attempt_all(n, args, o, &r))
 		{
-			carried = outage_carry(&args[i], &r);
+			outage_remember_all(n, args, asked_at, o);
+			outage_answered();
 			outage_carry_end();
-		}
-		if (carried && redis_store_attempt_all(n, args, o, &r))
-		{
+			outage_carry_other();
 			outage_log_answered();
 			after_redis_success();
 			return;
 		}
+		outage_answered();
+		outage_carry_end();
 		policy_redis_failed(&r);
 	}
 	if (policy == POLICY_FALLBACK && RecoveryInProgress())
@@ -296,12 +301,9 @@ policy_run_all(int policy, int n, const RlArgs *args, RlOutcome *o)
 				policy_outcome(false, &o[i]);
 			break;
 		case POLICY_FALLBACK:
-			outage_log_answer(OUTAGE_ERROR, &r);
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("the fallback store does not take several keys in one call yet"),
-					 errdetail_internal("%s", r.message),
-					 errhint("Pass on_redis_error => 'allow', 'deny' or 'error' to rl_attempt_all, or set slidewin.on_redis_error to one of them.")));
+			outage_log_answer(OUTAGE_FALLBACK, &r);
+			fallback_dirty = true;
+			outage_fallback_attempt_all(n, args, o);
 			break;
 		default:
 			outage_log_answer(OUTAGE_ERROR, &r);

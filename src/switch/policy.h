@@ -24,9 +24,9 @@ extern void policy_run(int policy, const RlArgs *args, RlOutcome *o,
 /* The circuit breaker, for callers that talk to Redis outside policy_run. */
 /*
  * rl_attempt_all: the n keys of args, all charged or none, by Redis, or when
- * Redis cannot answer by the allow, deny or error policy, the same for every
- * key. The fallback store does not take several keys yet: that policy is
- * an ERROR (0A000) when it would be needed.
+ * Redis cannot answer by the fallback store (all or none inside the
+ * transaction), or by the allow, deny or error policy, the same for every
+ * key.
  */
 extern void policy_run_all(int policy, int n, const RlArgs *args, RlOutcome *o);
 

@@ -14,6 +14,8 @@
  *					shared memory) and the seed it gives the fallback store;
  *	carry.c			carrying the fallback store's admissions back to Redis,
  *					and the fallback store's side of a call;
+ *	fallback_all.c	the fallback store's side of rl_attempt_all: every key,
+ *					in one lock order, all admitted or none charged;
  *	outage_log.c	an outage in the server log, once per server: a warning
  *					when calls first fail over, repeated at most once per
  *					slidewin.outage_log_interval, a line when Redis answers

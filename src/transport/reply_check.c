@@ -378,12 +378,33 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 }
 
 /*
- * rl_attempt_all's reply: 8 integers per key (log_all.lua). Each key's
- * fields pass the checks of a sliding-log attempt; a key that had room but
- * was not charged (3) passes those of a peek, with room for its cost. And
+ * rl_attempt_all's reply: 8 integers per key (log_all.lua, counter_all.lua).
+ * Each key's fields pass the checks of an attempt of the call's algorithm;
+ * a key that had room but was not charged (3) passes those of a peek, with
+ * room for its cost where the algorithm counts exactly. The counting
+ * algorithms have no stable_us: it is 0. And
  * the keys agree: unless forced, every key is recorded (1) or none is,
  * and a call not recorded has a key that denies it (0 or 2).
  */
+/* The algorithm's name, for a message (the pure code has no limit.c). */
+static const char *
+algorithm_label(RlAlgorithm algorithm)
+{
+	switch (algorithm)
+	{
+		case ALGO_SLIDING_LOG:
+			return "sliding_log";
+		case ALGO_SLIDING_COUNTER:
+			return "sliding_counter";
+		case ALGO_FIXED_WINDOW:
+			return "fixed_window";
+		case ALGO_TOKEN_BUCKET:
+			return "token_bucket";
+		default:
+			return "this algorithm";
+	}
+}
+
 bool
 reply_check_all(const redisReply *rep, int n, const ReplyCall *calls,
 				int64_t (*v)[RF_COUNT], char *why, size_t whysize)
@@ -422,13 +443,17 @@ reply_check_all(const redisReply *rep, int n, const ReplyCall *calls,
 		spare = v[k][RF_ALLOWED] == 3;
 		admitted += v[k][RF_ALLOWED] == 1;
 		deciders += v[k][RF_ALLOWED] == 0 || v[k][RF_ALLOWED] == 2;
-		c.algorithm = ALGO_SLIDING_LOG;
 		c.algorithm_name = "rl_attempt_all";
 		c.peek = spare;
+		if (c.algorithm != ALGO_SLIDING_LOG && v[k][RF_STABLE] != 0)
+			return refuse(why, whysize, "Field \"stable_us\" of key %d of the rl_attempt_all reply is %" PRId64 ", but it must be 0 for %s.",
+						  k + 1, v[k][RF_STABLE], algorithm_label(c.algorithm));
 		if (spare)
 		{
 			v[k][RF_ALLOWED] = 1;
-			if (v[k][RF_USED] > c.lim - c.cost)
+			/* sliding_counter and token_bucket count in doubles: no exact bound */
+			if ((c.algorithm == ALGO_SLIDING_LOG || c.algorithm == ALGO_FIXED_WINDOW) &&
+				v[k][RF_USED] > c.lim - c.cost)
 				return refuse(why, whysize, "Field \"used\" of key %d of the rl_attempt_all reply is %" PRId64 ", but a key said to have room for %" PRId64 " units within %" PRId64 " must have used at most the difference.",
 							  k + 1, v[k][RF_USED], c.cost, c.lim);
 			if (v[k][RF_STABLE] != 0)

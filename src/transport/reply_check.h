@@ -62,9 +62,10 @@ extern bool reply_check_outcome(const redisReply *reply, const ReplyCall *call,
 								int64_t v[RF_COUNT], char *why, size_t whysize);
 
 /*
- * rl_attempt_all's reply (log_all.lua): 8 integers per key, the fields of a
- * sliding-log attempt, allowed 3 meaning "room, not charged". calls[k] is
- * what key k was asked (lim, win_us, cost, force, the clock). True with
+ * rl_attempt_all's reply (log_all.lua, counter_all.lua): 8 integers per key,
+ * the fields of a sliding-log attempt (stable_us 0 for the counting
+ * algorithms), allowed 3 meaning "room, not charged". calls[k] is what key
+ * k was asked (algorithm, lim, win_us, cost, force, the clock). True with
  * key k's fields in v[k]; false with the first rule broken in why.
  */
 extern bool reply_check_all(const redisReply *reply, int n, const ReplyCall *calls,

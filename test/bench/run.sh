@@ -224,7 +224,8 @@ mapfile -t info < <(sql -c "LOAD 'slidewin'" \
 	-c "SELECT current_setting('server_version')" \
 	-c "SELECT count(*) FROM pg_settings WHERE name = 'slidewin.stats'" \
 	-c "SELECT count(*) FROM pg_proc WHERE proname = 'rl_acquire'" \
-	-c "SELECT count(*) FROM pg_settings WHERE name = 'slidewin.outage_exact'")
+	-c "SELECT count(*) FROM pg_settings WHERE name = 'slidewin.outage_exact'" \
+	-c "SELECT count(*) FROM pg_proc WHERE proname = 'rl_attempt_all'")
 kp=${info[0]}
 has_deny_cache=${info[1]}
 has_algorithm=${info[2]}
@@ -233,6 +234,7 @@ pg_version=${info[4]}
 has_stats=${info[5]:-0}
 has_acquire=${info[6]:-0}
 has_outage=${info[7]:-0}
+has_all=${info[8]:-0}
 redis_version=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')
 # The boundary experiment on the test clock, for the second chart: it writes
 # only keys of its own and takes under a second.
@@ -468,6 +470,20 @@ for algo in sliding_counter token_bucket; do
 		R_na[$id]="n/a (not implemented yet)"
 	fi
 done
+# Several keys in one call (target 17): rl_attempt_all over 3 keys, each
+# admitted, under a key prefix with a hash tag (the form that puts them in
+# one slot under Redis Cluster, where one script can take them all), against
+# the rl_attempt row (many): one script call in both, so the third key's and
+# the second's work in Redis, not two more round trips, is what may cost.
+all3_label="\`rl_attempt_all\` over 3 keys of one hash slot (key prefix \`bench:{all}:\`), $(kfmt $many_keys) key sets, each admitted"
+if ((has_all)); then
+	add_row all3 A pgbench "$all3_label" \
+		"SELECT * FROM rl_attempt_all(ARRAY['ip' || :k, 'route' || :k, 'plan' || :k], ARRAY[1000000, 1000000, 1000000], ARRAY['1 minute', '1 minute', '1 day']::interval[]);"
+	R_opts[all3]="-c slidewin.key_prefix=bench:{all}:"
+else
+	add_row all3 A na "$all3_label"
+	R_na[all3]="n/a (no \`rl_attempt_all\` before 1.12)"
+fi
 # Concurrency slots (target 12): an uncontended rl_acquire and its release at
 # COMMIT, against rl_attempt in a transaction of the same shape, so that the
 # two rows differ only by what slidewin does: BEGIN and COMMIT are two more
@@ -1302,6 +1318,11 @@ if [[ -n $scripts_ok ]]; then
 			"$(inv "$(script_ratio "$a")")" 1 x
 	done
 fi
+for c in "${clients[@]}"; do
+	target "17 ($c cl.)" 'Several keys: one `rl_attempt_all` over 3 keys in one hash slot costs at most 1.5 × one `rl_attempt` (one round trip, not three): tps ≥ tps(`rl_attempt`, many keys) / 1.5' \
+		"$(ratio "${tps[all3.$c]:-}" "${tps[many.$c]:-}")" 0.667 x \
+		"$(r=$(ratio "${tps[many.$c]:-}" "${tps[all3.$c]:-}") && [[ -n $r ]] && echo "(costs $r × one \`rl_attempt\`)")"
+done
 mem_growth_kb=
 if [[ -n $mem_ok ]]; then
 	mem_growth_kb=$((rss1 - rss0))

@@ -8,6 +8,7 @@
  * The input is one header line, then the bytes the server sends:
  *
  *   o ALGO FLAGS LIM WIN_US COST CLOCK [LIM...]   an outcome script's reply
+ *   a ALGO FLAGS LIM WIN_US COST CLOCK N          rl_attempt_all's reply
  *   d                                             DEL's reply (rl_reset)
  *   r                                             a refund's reply
  *   b DURATION_US CLOCK                           rl_block's reply
@@ -18,7 +19,10 @@
  * ALGO is 0..4 (sliding_log, sliding_counter, fixed_window, token_bucket,
  * multi); FLAGS bit 1 is peek and bit 2 force; CLOCK is the test clock in
  * Unix microseconds or "-" for none; the extra LIMs are the multi windows'
- * limits. Numbers are brought into the ranges the SQL functions accept
+ * limits. For rl_attempt_all, ALGO is 0..3 (one algorithm for every key),
+ * FLAGS bit 2 is force, and N (1..16) keys are asked: key k with limit
+ * LIM + 7k and the cost COST, each brought into range as below.
+ * Numbers are brought into the ranges the SQL functions accept
  * (limit.c), so that every call is one the backend could make. A missing
  * or unreadable header line ends the input there.
  *
@@ -50,6 +54,8 @@
 #define MAX_LIMIT INT64_C(2251799813685248)
 #define MAX_WIN_US (INT64_C(3650) * 86400 * 1000000)
 #define MAX_WINDOWS 8
+/* rl_attempt_all: RL_MAX_KEYS of limit.h */
+#define MAX_KEYS 16
 /* rl_reset deletes a key per algorithm and the ledgers of the two logs */
 #define RESET_KEYS (ALGO_COUNT + 2)
 
@@ -65,6 +71,8 @@ typedef struct Header
 	int64_t		lims[MAX_WINDOWS];
 	int			settle_keys;	/* 's': keys of the slot */
 	bool		settle_confirm;
+	int			nkeys;			/* rl_attempt_all: calls[0..nkeys-1] */
+	ReplyCall	calls[MAX_KEYS];
 } Header;
 
 /* Read the next number from *p (up to end); false when there is none. */
@@ -137,7 +145,7 @@ parse_header(const char *s, const char *end, Header *h)
 			h->settle_confirm = v != 0;
 		return true;
 	}
-	if (h->kind != 'o')
+	if (h->kind != 'o' && h->kind != 'a')
 		return h->kind == 'd' || h->kind == 'r';
 	for (int i = 0; i < 6; i++)
 	{
@@ -176,6 +184,27 @@ parse_header(const char *s, const char *end, Header *h)
 		h->call.lims = h->lims;
 	}
 	h->call.cost = in_range(n[4], 1, h->call.lim);
+	if (h->kind == 'a')
+	{
+		uint64_t	v = 1;
+
+		if (next_number(&p, end, &v, &dash) && dash)
+			v = 1;
+		h->nkeys = (int) in_range(v, 1, MAX_KEYS);
+		for (int k = 0; k < h->nkeys; k++)
+		{
+			ReplyCall  *c = &h->calls[k];
+
+			*c = h->call;
+			c->algorithm = (RlAlgorithm) (n[0] % ALGO_MULTI_LOG);
+			c->algorithm_name = "rl_attempt_all";
+			c->peek = false;
+			c->nwin = 0;
+			c->lims = NULL;
+			c->lim = in_range(n[2] + 7 * (uint64_t) k, 1, MAX_LIMIT);
+			c->cost = in_range(n[4], 1, c->lim);
+		}
+	}
 	return true;
 }
 
@@ -185,6 +214,45 @@ valid_time(int64_t us)
 {
 	return us >= REPLY_PG_MIN_TIMESTAMP + REPLY_PG_EPOCH_UNIX_US &&
 		us - REPLY_PG_EPOCH_UNIX_US < REPLY_PG_END_TIMESTAMP;
+}
+
+/* rl_attempt_all's reply: what store_redis_all.c and enforce_charge_all take for granted. */
+static void
+check_all(const Header *h, const redisReply *r)
+{
+	char		why[256];
+	int64_t		v[MAX_KEYS][RF_COUNT];
+	int			admitted = 0;
+	bool		force = h->calls[0].force;
+
+	memset(why, 0, sizeof(why));
+	if (!reply_check_all(r, h->nkeys, h->calls, v, why, sizeof(why)))
+	{
+		CHECK(why[0] != '\0' && memchr(why, '\0', sizeof(why)) != NULL);
+		return;
+	}
+	for (int k = 0; k < h->nkeys; k++)
+	{
+		CHECK(v[k][RF_ALLOWED] >= 0 && v[k][RF_ALLOWED] <= 3);
+		CHECK(v[k][RF_REMAINING] >= 0 && v[k][RF_REMAINING] <= h->calls[k].lim);
+		/* admitted, or room not charged: no wait; a denial: a wait */
+		CHECK(v[k][RF_ALLOWED] == 1 || v[k][RF_ALLOWED] == 3 ?
+			  v[k][RF_RETRY] == 0 : v[k][RF_RETRY] > 0);
+		if (v[k][RF_ALLOWED] == 2)
+			CHECK(v[k][RF_REMAINING] == 0);
+		CHECK(v[k][RF_USED] >= 0);
+		CHECK(valid_time(v[k][RF_RESET]));
+		CHECK(v[k][RF_RECORDED] == -1 || valid_time(v[k][RF_RECORDED]));
+		/* the counting algorithms keep no entries */
+		if (h->calls[k].algorithm != ALGO_SLIDING_LOG)
+			CHECK(v[k][RF_RECORDED] == -1 && v[k][RF_STABLE] == 0);
+		CHECK(v[k][RF_STABLE] >= 0);
+		CHECK(valid_time(v[k][RF_NEXT]) && v[k][RF_NEXT] > 0);
+		admitted += v[k][RF_ALLOWED] == 1;
+	}
+	/* all or none, and a call not admitted has a key that denies */
+	if (!force)
+		CHECK(admitted == 0 || admitted == h->nkeys);
 }
 
 static void
@@ -257,6 +325,11 @@ check_one(const Header *h, const redisReply *r)
 			if (h->block.clock_set)
 				CHECK(end >= h->block.clock_us + h->block.duration_us);
 		}
+		return;
+	}
+	if (h->kind == 'a')
+	{
+		check_all(h, r);
 		return;
 	}
 	if (!reply_check_outcome(r, &h->call, v, why, sizeof(why)))

@@ -8,6 +8,10 @@
 #     calls (so a denied call charged nothing);
 #   - no window of the key's length holds more than its limit, from the
 #     admissions' own times and from the entries left in the Redis log.
+# Then the same over other keys for each counting algorithm (fixed_window,
+# sliding_counter, token_bucket), in a window of a day: all or none, at
+# most the limit admitted, and for the two that count (fixed_window,
+# sliding_counter) the key's count in Redis is the admitted calls' costs.
 use strict;
 use warnings;
 
@@ -20,8 +24,10 @@ my $node  = SlidewinTest::new_node('all', $redis);
 
 $node->safe_psql('postgres', q{
 	CREATE TABLE keys (k text PRIMARY KEY, l bigint, phase text);
-	INSERT INTO keys SELECT p || i, 20 + 7 * i, CASE p WHEN 'k' THEN 'long' ELSE 'short' END
-	  FROM generate_series(1, 6) i, unnest(ARRAY['k', 's']) p;
+	INSERT INTO keys SELECT p || i, 20 + 7 * i, CASE p WHEN 'k' THEN 'long' WHEN 's' THEN 'short'
+	                                               WHEN 'f' THEN 'fixed_window' WHEN 'c' THEN 'sliding_counter'
+	                                               ELSE 'token_bucket' END
+	  FROM generate_series(1, 6) i, unnest(ARRAY['k', 's', 'f', 'c', 't']) p;
 	CREATE SEQUENCE calls;
 	CREATE TABLE outcome (call bigint, phase text, k text, cost bigint, allowed boolean,
 	                      at timestamptz, win interval);
@@ -30,7 +36,8 @@ $node->safe_psql('postgres', q{
 # One call: 2 to 4 distinct keys in random order, a cost of 1 to 3 each.
 sub script
 {
-	my ($phase, $win) = @_;
+	my ($phase, $win, $algo) = @_;
+	$algo //= 'sliding_log';
 	return qq{
 		\\set n random(2, 4)
 		WITH pick AS MATERIALIZED (
@@ -43,7 +50,7 @@ sub script
 		SELECT id.call, '$phase', r.key, pick.c, r.allowed, r.reset_at - r.win, r.win
 		  FROM arr, id,
 		       rl_attempt_all_rows(arr.ks, arr.ls, array_fill('$win'::interval, ARRAY[:n]),
-		                           arr.cs, on_redis_error => 'error') r
+		                           arr.cs, on_redis_error => 'error', algorithm => '$algo') r
 		  JOIN pick ON pick.k = r.key;
 	};
 }
@@ -143,5 +150,46 @@ foreach my $row (split /\n/, $node->safe_psql('postgres', "SELECT k, l FROM keys
 cmp_ok($entries, '>', 0, "phase 2: $entries entries left in the Redis logs");
 is($unmatched, 0, 'phase 2: every entry left in a Redis log is an admitted call, at its time, with its cost');
 is($over, 0, 'phase 2: the last window of each Redis log holds at most its limit');
+
+# Phase 3: the counting algorithms, one after the other, a window of a day.
+# A day's window starts at midnight UTC: should a run cross one, the counts
+# start anew in Redis, and only the checks that do not read them are made.
+my $day_us = 86_400_000_000;
+my %tag = (fixed_window => 'fw', sliding_counter => 'sc', token_bucket => 'tb');
+foreach my $algo (qw(fixed_window sliding_counter token_bucket))
+{
+	my $day0 = int($node->safe_psql('postgres', q{SELECT extract(epoch FROM clock_timestamp())::bigint}) / 86400);
+	$node->pgbench('-n -c 8 -j 2 -t 60', 0, [qr{processed: 480/480}], [qr{^$}],
+		"$algo: 8 clients x 60 calls over 2-4 of 6 keys, 1 day windows",
+		{ "014_$algo" => script($algo, '1 day', $algo) });
+	my $day1 = int($node->safe_psql('postgres', q{SELECT extract(epoch FROM clock_timestamp())::bigint}) / 86400);
+
+	is($node->safe_psql('postgres', qq{
+		SELECT count(*) FROM (SELECT call FROM outcome WHERE phase = '$algo' GROUP BY call
+		                      HAVING bool_or(allowed) <> bool_and(allowed)) s}),
+		'0', "$algo: every call admitted all its keys or none");
+	my ($adm, $den) = split /\|/, $node->safe_psql('postgres', qq{
+		SELECT count(*) FILTER (WHERE a), count(*) FILTER (WHERE NOT a)
+		  FROM (SELECT bool_and(allowed) a FROM outcome WHERE phase = '$algo' GROUP BY call) s});
+	cmp_ok($adm, '>', 10, "$algo: $adm calls admitted");
+	cmp_ok($den, '>', 100, "$algo: $den calls denied (the keys filled up)");
+	foreach my $row (split /\n/, $node->safe_psql('postgres', "SELECT k, l FROM keys WHERE phase = '$algo' ORDER BY k"))
+	{
+		my ($k, $lim) = split /\|/, $row;
+		my $units = $node->safe_psql('postgres', qq{
+			SELECT coalesce(sum(cost), 0) FROM outcome WHERE phase = '$algo' AND k = '$k' AND allowed});
+		# a token bucket refills lim units a day: well under one in the run
+		cmp_ok($units, '<=', $lim, "$algo, $k: $units units admitted, within lim $lim");
+		next if $algo eq 'token_bucket';
+		SKIP:
+		{
+			skip "$algo, $k: the run crossed midnight UTC, the counts started anew", 1
+			  if $day0 != $day1;
+			my $count = $redis->cli('hget', "slidewin:$tag{$algo}:$k", $algo eq 'fixed_window' ? 'n' : 'c');
+			chomp $count;
+			is($count, $units, "$algo, $k: the count in Redis ($count) is the admitted calls' costs ($units)");
+		}
+	}
+}
 
 done_testing();

@@ -1,8 +1,9 @@
-# rl_attempt_all's reply (log_all.lua: 8 integers per key) from a fake
-# server (test/perl/fake_redis.pl): a well-formed admission and denial are
-# believed; a reply that admits some keys and not others, that denies with
-# no key denying, that has the wrong length, or whose key fields break the
-# rules of a sliding-log attempt is refused (08P01 under the error policy,
+# rl_attempt_all's reply (log_all.lua and counter_all.lua: 8 integers per
+# key) from a fake server (test/perl/fake_redis.pl): a well-formed
+# admission and denial are believed; a reply that admits some keys and not
+# others, that denies with no key denying, that has the wrong length, or
+# whose key fields break the rules of an attempt of the call's algorithm is
+# refused (08P01 under the error policy,
 # the policy's own answer under allow and deny), never an admission.
 use strict;
 use warnings;
@@ -79,6 +80,57 @@ foreach my $case (@hostile)
 	$fake->script($raw);
 	($out, $err) = all('deny');
 	is($out, 'f|none||100', "$name: the deny policy answers, not the reply");
+}
+
+# The counting algorithms' reply (counter_all.lua): the same 8 integers per
+# key, recorded -1 and stable_us 0, checked by the rules of that
+# algorithm's attempt.
+sub all_algo
+{
+	my ($algo, $policy) = @_;
+	return run_sql(qq{SELECT (r).allowed, (r).store, (r).remaining, (r).lim
+		FROM rl_attempt_all(ARRAY['a', 'b'], ARRAY[100, 50], ARRAY['1 hour', '1 hour']::interval[],
+		                    on_redis_error => '$policy', algorithm => '$algo') r});
+}
+
+my @c_admit_a = (1, 99, 0, $ts + $win, 1, -1, 0, $ts + $win);
+my @c_admit_b = (1, 40, 0, $ts + $win, 10, -1, 0, $ts + $win);
+my @c_deny_a  = (0, 0, 5_000_000, $ts + $win, 100, -1, 0, $ts + 5_000_000);
+my @c_spare_b = (3, 40, 0, $ts + $win, 10, -1, 0, $ts + $win);
+foreach my $algo (qw(fixed_window sliding_counter token_bucket))
+{
+	$fake->script($ints->(@c_admit_a, @c_admit_b));
+	($out, $err) = all_algo($algo, 'error');
+	is($out, 't|redis|40|50', "$algo: an admission of both keys is believed");
+	$fake->script($ints->(@c_deny_a, @c_spare_b));
+	($out, $err) = all_algo($algo, 'error');
+	is($out, 'f|redis|0|100', "$algo: a denial by a, b not charged, is believed");
+}
+
+my @c_hostile = (
+	[ 'token_bucket', 'one key admitted, the other denied', [ @c_admit_a, @c_deny_a ],
+		qr/admits 1 of 2 keys, but it must admit all of them or none/ ],
+	[ 'fixed_window', 'a stable_us', [ @c_admit_a[0 .. 5], 7, $c_admit_a[7], @c_admit_b ],
+		qr/Field "stable_us" of key 1 .* must be 0 for fixed_window/ ],
+	[ 'sliding_counter', 'an entry recorded', [ @c_admit_a[0 .. 4], $ts, 0, $c_admit_a[7], @c_admit_b ],
+		qr/Field "recorded" .* must be -1 when nothing was recorded/ ],
+	[ 'fixed_window', 'a retry past the window', [ (0, 0, 2 * $win, $ts + $win, 100, -1, 0, $ts + $win), @c_spare_b ],
+		qr/Field "retry_after" .* at most the window/ ],
+	[ 'fixed_window', 'a key with room, over its limit', [ @c_deny_a, (3, 0, 0, $ts + $win, 50, -1, 0, $ts + $win) ],
+		qr/Field "used" of key 2 .* must have used at most the difference/ ],
+	[ 'sliding_counter', 'an admission denied by the used units', [ @c_admit_a, (1, 0, 0, $ts + $win, 51, -1, 0, $ts + $win) ],
+		qr/Field "used" .* at most 50 when the call is admitted/ ],
+);
+foreach my $case (@c_hostile)
+{
+	my ($algo, $name, $reply, $why) = @$case;
+	$fake->script($ints->(@$reply));
+	($out, $err) = all_algo($algo, 'error');
+	is(sqlstate($err), '08P01', "$algo, $name: refused under the error policy");
+	like($err, $why, "$algo, $name: the reason is given");
+	$fake->script($ints->(@$reply));
+	($out, $err) = all_algo($algo, 'allow');
+	is($out, 't|none||100', "$algo, $name: the allow policy answers, not the reply");
 }
 
 $s->quit;

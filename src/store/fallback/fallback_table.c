@@ -452,6 +452,56 @@ fallback_stored_key(const RlArgs *args)
 	return stored_key(args);
 }
 
+/*
+ * The canonical order of several keys' locks (rl_attempt_all): by the lock
+ * tag, which is the stored key's hash, then by the stored key's bytes, so
+ * that keys whose hashes collide, and share one lock, still come in one
+ * order. order[] receives the indexes of args, sorted.
+ */
+typedef struct KeyRank
+{
+	uint64		hash;
+	text	   *key;
+	int			index;
+} KeyRank;
+
+static int
+key_rank_cmp(const void *a, const void *b)
+{
+	const KeyRank *x = a;
+	const KeyRank *y = b;
+	int			lx = VARSIZE_ANY_EXHDR(x->key);
+	int			ly = VARSIZE_ANY_EXHDR(y->key);
+	int			c;
+
+	if (x->hash != y->hash)
+		return x->hash < y->hash ? -1 : 1;
+	c = memcmp(VARDATA_ANY(x->key), VARDATA_ANY(y->key), Min(lx, ly));
+	if (c != 0)
+		return c;
+	return lx < ly ? -1 : (lx > ly ? 1 : 0);
+}
+
+void
+fallback_lock_order(int n, const RlArgs *args, int *order)
+{
+	KeyRank    *ranks = palloc(n * sizeof(KeyRank));
+
+	for (int i = 0; i < n; i++)
+	{
+		ranks[i].key = stored_key(&args[i]);
+		ranks[i].hash = fallback_key_hash(ranks[i].key);
+		ranks[i].index = i;
+	}
+	qsort(ranks, n, sizeof(KeyRank), key_rank_cmp);
+	for (int i = 0; i < n; i++)
+	{
+		order[i] = ranks[i].index;
+		pfree(ranks[i].key);
+	}
+	pfree(ranks);
+}
+
 int64
 fallback_clock(void)
 {

@@ -33,4 +33,12 @@ extern void fallback_lock_key(const RlArgs *args, LOCKTAG *tag);
 extern bool fallback_try_lock_key(const RlArgs *args, LOCKTAG *tag, int timeout_ms);
 extern void fallback_unlock_key(LOCKTAG *tag);
 
+/*
+ * The order in which a call over several keys takes their locks (by the
+ * lock tag, then by the stored key): order[] gets the indexes of args.
+ * Every such call takes them in this one order, whatever the caller's, so
+ * that two calls over overlapping keys cannot deadlock.
+ */
+extern void fallback_lock_order(int n, const RlArgs *args, int *order);
+
 #endif							/* SLIDEWIN_FALLBACK_TABLE_H */

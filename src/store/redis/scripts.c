@@ -112,6 +112,22 @@ static const char lua_fixed_window[] = LUA_PRELUDE_BASE LUA_FIXED_WINDOW_BODY;
 static const char lua_sliding_counter[] = LUA_PRELUDE_BASE LUA_SLIDING_COUNTER_BODY;
 static const char lua_token_bucket[] = LUA_PRELUDE_BASE LUA_TOKEN_BUCKET_BODY;
 
+/*
+ * rl_attempt_all on a counting algorithm: the algorithm's body, unchanged,
+ * becomes a local function of KEYS and ARGV, which counter_all.lua calls
+ * once per key (a peek, then the attempt), so that each key is decided by
+ * the very code rl_attempt runs. Its returns return from the function.
+ */
+#define LUA_ONE_OPEN "local function one(KEYS, ARGV)\n"
+#define LUA_ONE_CLOSE "end\n"
+#define LUA_FIXED_WINDOW_ALL_BODY LUA_ONE_OPEN LUA_FIXED_WINDOW_BODY LUA_ONE_CLOSE LUA_COUNTER_ALL
+#define LUA_SLIDING_COUNTER_ALL_BODY LUA_ONE_OPEN LUA_SLIDING_COUNTER_BODY LUA_ONE_CLOSE LUA_COUNTER_ALL
+#define LUA_TOKEN_BUCKET_ALL_BODY LUA_ONE_OPEN LUA_TOKEN_BUCKET_BODY LUA_ONE_CLOSE LUA_COUNTER_ALL
+
+static const char lua_fixed_window_all[] = LUA_PRELUDE_BASE LUA_FIXED_WINDOW_ALL_BODY;
+static const char lua_sliding_counter_all[] = LUA_PRELUDE_BASE LUA_SLIDING_COUNTER_ALL_BODY;
+static const char lua_token_bucket_all[] = LUA_PRELUDE_BASE LUA_TOKEN_BUCKET_ALL_BODY;
+
 /* Carrying the fallback store's admissions back (switch/carry.c). */
 static const char lua_log_import[] = LUA_PRELUDE_BASE LUA_LOG_IMPORT;
 static const char lua_counter_import[] = LUA_PRELUDE_BASE LUA_COUNTER_IMPORT;
@@ -153,6 +169,9 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_COUNTER_IMPORT] = {lua_counter_import},
 	[SCRIPT_LOG_ALL] = {lua_log_all, LUA_LOG_ALL, "log_all"},
 	[SCRIPT_LOG_SETTLE] = {lua_log_settle},
+	[SCRIPT_FIXED_WINDOW_ALL] = {lua_fixed_window_all, LUA_FIXED_WINDOW_ALL_BODY, "fixed_window_all"},
+	[SCRIPT_SLIDING_COUNTER_ALL] = {lua_sliding_counter_all, LUA_SLIDING_COUNTER_ALL_BODY, "sliding_counter_all"},
+	[SCRIPT_TOKEN_BUCKET_ALL] = {lua_token_bucket_all, LUA_TOKEN_BUCKET_ALL_BODY, "token_bucket_all"},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */

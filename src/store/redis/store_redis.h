@@ -21,7 +21,8 @@ extern bool redis_store_attempt(const RlArgs *args, RlOutcome *o, RedisResult *f
 extern bool redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *failure);
 extern bool redis_store_reset(const RlArgs *args, RedisResult *failure);
 /*
- * rl_attempt_all: the n keys of args (1..RL_MAX_KEYS, sliding_log, distinct),
+ * rl_attempt_all: the n keys of args (1..RL_MAX_KEYS, distinct, all of one
+ * algorithm: sliding_log, fixed_window, sliding_counter or token_bucket),
  * all charged or none, in one script call; o[k] is key k's outcome. Under
  * Redis Cluster, keys in different hash slots are reserved slot by slot,
  * then confirmed or cancelled (store_redis_xslot.c).

@@ -2,7 +2,8 @@
  *
  * store_redis_all.c
  *		rl_attempt_all in the Redis store: several user keys, each with its
- *		own limit, checked and charged by one script call (log_all.lua), so
+ *		own limit, checked and charged by one script call (log_all.lua for
+ *		the sliding log, counter_all.lua for the counting algorithms), so
  *		that every key is charged or none is.
  *
  * One script sees every key, so the all-or-nothing rule needs no lock and
@@ -54,7 +55,7 @@ read_outcomes(RedisResult *r, int n, const RlArgs *args, RlOutcome *o)
 	for (int k = 0; k < n; k++)
 	{
 		memset(&calls[k], 0, sizeof(ReplyCall));
-		calls[k].algorithm = ALGO_SLIDING_LOG;
+		calls[k].algorithm = args[k].algorithm;
 		calls[k].algorithm_name = "rl_attempt_all";
 		calls[k].lim = args[k].lim;
 		calls[k].win_us = args[k].win_us;
@@ -77,7 +78,8 @@ read_outcomes(RedisResult *r, int n, const RlArgs *args, RlOutcome *o)
 		o[k].reset_at_us = v[k][RF_RESET];
 		o[k].used = v[k][RF_USED];
 		o[k].recorded_ts = v[k][RF_RECORDED];
-		o[k].entry_ts = v[k][RF_RECORDED];
+		/* as in rl_attempt: the counting algorithms keep no entry to name */
+		o[k].entry_ts = args[k].algorithm == ALGO_SLIDING_LOG ? v[k][RF_RECORDED] : -1;
 		o[k].stable_us = v[k][RF_STABLE];
 		o[k].next_us = v[k][RF_NEXT];
 		o[k].shadowed = false;
@@ -86,6 +88,21 @@ read_outcomes(RedisResult *r, int n, const RlArgs *args, RlOutcome *o)
 	}
 	return true;
 }
+
+/* The script for each algorithm rl_attempt_all takes. */
+static const ScriptId all_scripts[ALGO_COUNT] = {
+	[ALGO_SLIDING_LOG] = SCRIPT_LOG_ALL,
+	[ALGO_FIXED_WINDOW] = SCRIPT_FIXED_WINDOW_ALL,
+	[ALGO_SLIDING_COUNTER] = SCRIPT_SLIDING_COUNTER_ALL,
+	[ALGO_TOKEN_BUCKET] = SCRIPT_TOKEN_BUCKET_ALL,
+};
+
+/*
+ * KEYS: for each user key, its structures as rl_attempt names them: the
+ * log, its ledger and the block for the sliding log (3 a key), the state
+ * and the block for the counting algorithms (2 a key). ARGV: n, the limits,
+ * the windows, the costs, flags and the clock.
+ */
 
 static bool run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o,
 					RedisResult *r);
@@ -113,23 +130,42 @@ run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o, RedisResult *
 	char		life[24];
 	const char *argv[3 * RL_MAX_KEYS + 4];
 	int			nargs = 0;
-	const char *tag = redis_store_tags[ALGO_SLIDING_LOG];
+	RlAlgorithm algorithm = args[0].algorithm;
+	bool		logs = (algorithm == ALGO_SLIDING_LOG);
+	int			per = logs ? 3 : 2;
+	const char *tag = redis_store_tags[algorithm];
 
 	Assert(n >= 1 && n <= RL_MAX_KEYS);
+	Assert(algorithm == ALGO_SLIDING_LOG || algorithm == ALGO_FIXED_WINDOW ||
+		   algorithm == ALGO_SLIDING_COUNTER || algorithm == ALGO_TOKEN_BUCKET);
 	for (int i = 0; i < n; i++)
 	{
-		Assert(args[i].algorithm == ALGO_SLIDING_LOG);
-		redis_store_key(&keys[3 * i], tag, &args[i]);
-		redis_store_ledger_key(&keys[3 * i + 1], tag, &args[i]);
-		redis_store_block_key(&keys[3 * i + 2], &args[i]);
+		Assert(args[i].algorithm == algorithm);
+		redis_store_key(&keys[per * i], tag, &args[i]);
+		if (logs)
+			redis_store_ledger_key(&keys[per * i + 1], tag, &args[i]);
+		redis_store_block_key(&keys[per * i + per - 1], &args[i]);
 	}
-	if (reserve_us == 0 && !one_slot(3 * n, keys))
+	if (reserve_us == 0 && !one_slot(per * n, keys))
 	{
-		for (int i = 0; i < 3 * n; i++)
+		for (int i = 0; i < per * n; i++)
 			pfree(keys[i].data);
+
+		/*
+		 * Reserving and confirming is the sliding log's (its entries can be
+		 * given back one by one); the counting algorithms keep counts, not
+		 * entries, and have no way yet to undo one call's units.
+		 */
+		if (!logs)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("rl_attempt_all does not support keys in different hash slots of a Redis Cluster for algorithm %s yet",
+							limit_algorithm_name(algorithm)),
+					 errdetail("Keys in different slots are reserved and then confirmed or cancelled, which only the sliding log can do."),
+					 errhint("Use algorithm sliding_log, or give slidewin.key_prefix a {tag} so that every key is in one slot.")));
 		return redis_store_attempt_xslot(n, args, run_all, o, r);
 	}
-	for (int i = 0; i < 3 * n; i++)
+	for (int i = 0; i < per * n; i++)
 	{
 		k[i] = keys[i].data;
 		klens[i] = keys[i].len;
@@ -154,8 +190,8 @@ run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o, RedisResult *
 		argv[nargs++] = life;
 	}
 
-	script_run(SCRIPT_LOG_ALL, 3 * n, k, klens, nargs, argv, r);
-	for (int i = 0; i < 3 * n; i++)
+	script_run(all_scripts[algorithm], per * n, k, klens, nargs, argv, r);
+	for (int i = 0; i < per * n; i++)
 		pfree(keys[i].data);
 	if (!redis_store_settle(r))
 		return false;
