@@ -24,7 +24,7 @@ use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
-use SlidewinTest;
+use SlidewinTest qw(sqlstate);
 
 # node_timeout 10 s: a master frozen below for a second is not failed over
 my $cluster = SlidewinTest::start_cluster(masters => 3, replicas => 0, node_timeout => 10000);
@@ -104,6 +104,19 @@ is(join(',', units('xa', 5), units('xb', 3), units('xc', 8)), '3,3,6',
 	ARRAY['1 hour','1 hour']::interval[], ARRAY[2,2], on_redis_error => 'error')});
 is($o, "t\nt", 'xa and xc still have the room the denied calls reserved and gave back');
 is(join(',', units('xa', 5), units('xc', 8)), '5,8', 'xa and xc are now full');
+
+# The counting algorithms keep counts, not entries that a cancel could give
+# back one by one: over several slots they are refused (0A000), charging
+# nothing, whatever the policy.
+foreach my $algo (qw(fixed_window sliding_counter token_bucket))
+{
+	($o, $e) = run_sql(qq{SELECT allowed FROM rl_attempt_all(ARRAY['ca','cb'], ARRAY[4,4],
+		ARRAY['1 hour','1 hour']::interval[], algorithm => '$algo', on_redis_error => 'allow')});
+	is(sqlstate($e), '0A000', "$algo over two slots: refused (0A000)");
+	like($e, qr/does not support keys in different hash slots of a Redis Cluster for algorithm $algo/,
+		"$algo over two slots: the message names the algorithm");
+}
+isnt(slot_of('ca'), slot_of('cb'), 'ca and cb lie in different slots');
 
 # A confirmed reservation is an ordinary entry: refund_on_abort gives it back.
 isnt(slot_of('ra'), slot_of('rb'), 'ra and rb lie in different slots');
