@@ -32,7 +32,11 @@ my $url     = $cluster->{url};
 
 my $node = SlidewinTest::new_node('xslot', undef,
 	[ "slidewin.redis_url = '$url'", 'slidewin.redis_retry_interval = 0',
-	  "shared_preload_libraries = 'slidewin'", 'max_connections = 40' ]);
+	  "shared_preload_libraries = 'slidewin'", 'max_connections = 40',
+	  # the load below asks for on_redis_error => 'error': a first connection
+	  # slowed by a loaded machine must not abort pgbench (command_timeout,
+	  # which sets the reservations' life, stays the default)
+	  "slidewin.connect_timeout = '2s'" ]);
 
 sub run_sql { return SlidewinTest::node_sql($node, @_) }
 
