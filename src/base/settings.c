@@ -12,6 +12,7 @@
 #include <limits.h>
 
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/guc.h"
 
 #include "compat.h"
@@ -436,3 +437,21 @@ settings_define(const SettingsHooks *hooks)
 	MarkGUCPrefixReserved("slidewin");
 }
 
+/*
+ * slidewin.test_pause_lock: wait while a session holds
+ * pg_advisory_lock(N), so that a test can act at the point where this is
+ * called (between a call's lock-free reads and its decision in the fallback
+ * store; between reserving and confirming over Cluster slots). Off (0)
+ * unless a superuser sets it.
+ */
+void
+settings_test_pause(void)
+{
+	LOCKTAG		tag;
+
+	if (slidewin_test_pause_lock == 0)
+		return;
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, (uint32) slidewin_test_pause_lock, 1);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	LockRelease(&tag, ShareLock, false);
+}

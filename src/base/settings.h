@@ -62,6 +62,8 @@ extern bool slidewin_redis_functions;
 extern char *slidewin_test_now;
 extern int	slidewin_test_pause_lock;
 
+extern void settings_test_pause(void);
+
 /* The switch between the stores. */
 extern int	slidewin_on_redis_error;
 extern int	slidewin_standby_fallback;

@@ -272,23 +272,6 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
 }
 
 /*
- * slidewin.test_pause_lock: wait until no session holds the advisory lock
- * pg_advisory_lock(N), so that an isolation test can change a key between a
- * call's lock-free reads and its decision. Off (0) unless a superuser sets it.
- */
-static void
-test_pause(void)
-{
-	LOCKTAG		tag;
-
-	if (slidewin_test_pause_lock == 0)
-		return;
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, (uint32) slidewin_test_pause_lock, 1);
-	(void) LockAcquire(&tag, ShareLock, false, false);
-	LockRelease(&tag, ShareLock, false);
-}
-
-/*
  * When window w next admits `need` more units: the expiry of the live row
  * whose running total reaches base + need, found in one descent of the
  * (key, total) index. Rows before the window all have totals <= base, so
@@ -359,7 +342,7 @@ decide(FbScan *s, const FbState *st, int64 cost, bool peek, RlOutcome *o)
 	bool		first = true;
 	const FbWindow *tightest = &st->w[0];
 
-	test_pause();
+	settings_test_pause();
 
 	o->allowed = true;
 	o->retry_us = 0;

@@ -71,23 +71,6 @@ reservation_life_us(int ngroups)
 }
 
 /*
- * slidewin.test_pause_lock: between reserving and confirming, wait while a
- * session holds pg_advisory_lock(N), so that a test can stop or kill the
- * backend there. Off (0) unless a superuser sets it.
- */
-static void
-test_pause(void)
-{
-	LOCKTAG		tag;
-
-	if (slidewin_test_pause_lock == 0)
-		return;
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, (uint32) slidewin_test_pause_lock, 1);
-	(void) LockAcquire(&tag, ShareLock, false, false);
-	LockRelease(&tag, ShareLock, false);
-}
-
-/*
  * log_settle.lua on group g: confirm (or cancel) the entries recorded for
  * its keys. True when the reply is checked; then ok tells whether every
  * key was confirmed (for a cancel, whatever was given back).
@@ -263,7 +246,7 @@ redis_store_attempt_xslot(int n, const RlArgs *args, RedisRunAll run_slot,
 		return true;
 	}
 
-	test_pause();
+	settings_test_pause();
 
 	/* Second step: confirm on every slot's master. */
 	for (int g = 0; g < ngroups; g++)
