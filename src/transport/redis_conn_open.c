@@ -212,6 +212,23 @@ resolve_host(const char *host, TimestampTz deadline, RedisResult *result)
 	volatile long step_ms = 1;
 	struct addrinfo *res;
 
+	/*
+	 * A numeric address (127.0.0.1, ::1) needs no lookup: getaddrinfo with
+	 * AI_NUMERICHOST only parses it, never asks a resolver, so it cannot
+	 * wait. Only names go through the thread and the deadline below, which
+	 * a busy machine could make miss a lookup that costs nothing.
+	 */
+	{
+		struct addrinfo hints;
+
+		memset(&hints, 0, sizeof(hints));
+		hints.ai_family = AF_UNSPEC;
+		hints.ai_socktype = SOCK_STREAM;
+		hints.ai_flags = AI_NUMERICHOST;
+		if (getaddrinfo(host, NULL, &hints, &res) == 0)
+			return res;
+	}
+
 	reap_abandoned();
 	if (n_abandoned >= MAX_ABANDONED_LOOKUPS)
 	{

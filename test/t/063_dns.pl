@@ -133,6 +133,30 @@ $bg->quit;
 like($err, qr/canceling statement due to statement timeout/, 'statement_timeout ends a hanging lookup');
 cmp_ok($dt, '<', 2, sprintf('in %.2f s', $dt));
 
+# A numeric address is never looked up. A backend keeps at most 8 lookups
+# that it gave up on while they still hang; past that it refuses to start
+# another one, but an address such as 127.0.0.1 needs none, so it still
+# connects.
+{
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe(q{SET slidewin.connect_timeout = '50ms'});
+	$s->query_safe(q{SET slidewin.redis_url = 'redis://hangs.test:6379'});
+	my $stores = join ',', map {
+		$s->query_safe(q{SELECT (r).store FROM rl_attempt('d', 10, '1 minute', 1, 'fallback') r})
+	} 1 .. 9;
+	is($stores, join(',', ('fallback') x 9), '9 lookups of a name that hangs: each call falls back');
+	$s->query_safe('\\set VERBOSITY verbose');
+	my (undef, $err) = SlidewinTest::session_sql($s, q{SELECT * FROM rl_attempt('d', 10, '1 minute', 1, 'error')});
+	like($err, qr/ERROR:\s+08001: .*could not resolve the Redis host name.*Earlier lookups of this backend have not finished/s,
+		'with 8 of them still hanging, another lookup is refused');
+	$s->query_safe("SET slidewin.redis_url = 'redis://127.0.0.1:$port'");
+	my ($out, $err2) = SlidewinTest::session_sql($s,
+		q{SELECT (r).allowed, (r).store FROM rl_attempt('numeric', 10, '1 minute', 1, 'error') r});
+	is($out, 't|redis', 'but 127.0.0.1 connects: a numeric address needs no lookup')
+	  or diag($err2);
+	$s->quit;
+}
+
 # The name is resolved on every connect: moving it to another address (as a
 # failover of a managed endpoint does) is seen at the next connection.
 ($out) = timed(qq{SET slidewin.redis_url = 'redis://redis-b.test:$port';
