@@ -501,8 +501,29 @@ run_fuzz_targets() {
 		for t in "$@"; do fail "fuzz: $t (not built)"; done
 		return
 	fi
-	for t in "$@"; do
-		if bounded "$work/$t.log" $((secs + 300)) bash "$repo/test/fuzz/run.sh" --seconds "$secs" "$t"; then
+	# Each target is one process on one CPU: as many run at once as TAP files
+	# do, and are reported in name order.
+	local -A pid_of=() rc_of=()
+	local -a order=("$@")
+	local pid rc next=0
+	while ((next < ${#order[@]} || ${#pid_of[@]} > 0)); do
+		while ((next < ${#order[@]} && ${#pid_of[@]} < tap_jobs)); do
+			t=${order[next]}
+			next=$((next + 1))
+			timeout -k 15 $((secs + 300)) bash "$repo/test/fuzz/run.sh" --seconds "$secs" "$t" \
+				>"$work/$t.log" 2>&1 </dev/null &
+			pid_of[$!]=$t
+			running[$!]="fuzz: $t"
+		done
+		pid=
+		wait -n -p pid "${!pid_of[@]}"
+		rc=$?
+		[[ -n $pid ]] || continue
+		rc_of[${pid_of[$pid]}]=$rc
+		unset "pid_of[$pid]" "running[$pid]"
+	done
+	for t in "${order[@]}"; do
+		if ((rc_of[$t] == 0)); then
 			grep "^$t:" "$work/$t.log"
 			pass
 		else
@@ -658,22 +679,30 @@ scan_logs
 
 # ---- sanitize pass --------------------------------------------------------------
 # test/sanitize.sh prints a whole run of this script; its counts join ours.
-# run_inner_pass NAME TIMEOUT VARIABLE CMD...: another whole run of this
-# script (CMD runs it, with SLIDEWIN_PASS set), whose counts join ours and
-# whose failures are named "NAME: ...".
-run_inner_pass() {
-	local name=$1 limit=$2 var=$3 out=$work/$1.out pid rc summary
+# start_inner_pass NAME TIMEOUT VARIABLE CMD...: start another whole run of
+# this script in the background (CMD runs it, with SLIDEWIN_PASS set); its
+# output goes to $work/NAME.out. finish_inner_pass NAME waits for it, prints
+# that output, and adds its counts to ours; its failures are named
+# "NAME: ...". run_inner_pass does both, for a pass that runs alone.
+declare -A inner_pid inner_limit inner_var
+start_inner_pass() {
+	local name=$1
+	inner_limit[$name]=$2
+	inner_var[$name]=$3
 	shift 3
+	timeout -k 15 "${inner_limit[$name]}" "$@" >"$work/$name.out" 2>&1 </dev/null &
+	inner_pid[$name]=$!
+	running[$!]="$name pass"
+}
+finish_inner_pass() {
+	local name=$1 out=$work/$1.out pid=${inner_pid[$1]} rc summary
 	banner "$name pass"
-	timeout -k 15 "$limit" "$@" >"$out" 2>&1 </dev/null &
-	pid=$!
-	running[$pid]="$name pass"
 	wait "$pid"
 	rc=$?
 	unset "running[$pid]"
 	cat "$out"
 	if ((rc == 124 || rc == 137)); then
-		echo "$name pass: TIMED OUT after $limit s ($var)"
+		echo "$name pass: TIMED OUT after ${inner_limit[$name]} s (${inner_var[$name]})"
 	fi
 	summary=$(tail -n 1 "$out")
 	if [[ $summary =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
@@ -687,6 +716,10 @@ run_inner_pass() {
 	else
 		fail "$name pass (no summary line, status $rc)"
 	fi
+}
+run_inner_pass() {
+	start_inner_pass "$@"
+	finish_inner_pass "$1"
 }
 
 # should_run SETTING NAME: whether an extra pass runs (1: yes, 0: no, unset:
@@ -711,20 +744,30 @@ should_run() {
 if [[ -z $run_label ]]; then
 	# The Redis-facing suites again, against Valkey 8 (TAP 001 checks which
 	# server they got). A missing valkey-server is a failure, not a skip.
+	# The cluster pass runs beside it: about 40 s of pg_regress and the
+	# isolation tester against a Redis Cluster, which keep a third of one CPU
+	# busy, while the Valkey pass starts the same way. Each pass has servers
+	# of its own; the output still comes one pass after the other.
+	valkey_started=
 	if should_run "${SLIDEWIN_VALKEY:-}" "Valkey (SLIDEWIN_VALKEY)"; then
 		if command -v valkey-server >/dev/null 2>&1; then
-			run_inner_pass valkey "$sanitize_timeout" SLIDEWIN_SANITIZE_TIMEOUT \
+			start_inner_pass valkey "$sanitize_timeout" SLIDEWIN_SANITIZE_TIMEOUT \
 				env SLIDEWIN_PASS=valkey SLIDEWIN_REDIS_SERVER=valkey-server \
 				SLIDEWIN_REDIS_CLI=valkey-cli bash "$here/run_all.sh"
+			valkey_started=1
 		else
 			fail "valkey pass: valkey-server is not installed (run test/deps.sh)"
 		fi
 	fi
 	# The suites that use the shared servers, again against a Redis Cluster.
+	cluster_started=
 	if should_run "${SLIDEWIN_CLUSTER:-}" "cluster (SLIDEWIN_CLUSTER)"; then
-		run_inner_pass cluster "$sanitize_timeout" SLIDEWIN_SANITIZE_TIMEOUT \
+		start_inner_pass cluster "$sanitize_timeout" SLIDEWIN_SANITIZE_TIMEOUT \
 			env SLIDEWIN_PASS=cluster bash "$here/run_all.sh"
+		cluster_started=1
 	fi
+	[[ -z $valkey_started ]] || finish_inner_pass valkey
+	[[ -z $cluster_started ]] || finish_inner_pass cluster
 	if should_run "${SLIDEWIN_SANITIZE:-}" "sanitize (SLIDEWIN_SANITIZE)"; then
 		run_inner_pass sanitize "$sanitize_timeout" SLIDEWIN_SANITIZE_TIMEOUT \
 			bash "$here/sanitize.sh"
