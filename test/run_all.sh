@@ -290,6 +290,19 @@ if ! as_pg_user test -x "$work"; then
 	exit
 fi
 
+# One npm cache for every `npm ci` of this run, its inner passes included
+# (TAP 130-132 and the web benchmark's smoke each install from a lockfile):
+# a package is downloaded once, not once per file and pass. npm's cache is
+# safe to share between installs that run at once. It goes with the work
+# directory of the run that made it.
+if [[ -z ${SLIDEWIN_NPM_CACHE:-} ]]; then
+	export SLIDEWIN_NPM_CACHE=$work/npm-cache
+	mkdir -p "$SLIDEWIN_NPM_CACHE"
+	if ((EUID == 0)); then
+		chown "$SLIDEWIN_PG_USER:" "$SLIDEWIN_NPM_CACHE"
+	fi
+fi
+
 # ---- shared servers for pg_regress and isolation ------------------------------
 
 server_ok=
@@ -407,6 +420,7 @@ run_tap_suite() {
 		PG_REGRESS="$PG_REGRESS"
 		PG_TEST_PORT_DIR="${PG_TEST_PORT_DIR:-$tapdir/portlock}"
 		SLIDEWIN_SRC="$src"
+		SLIDEWIN_NPM_CACHE="$SLIDEWIN_NPM_CACHE"
 	)
 	if [[ -n $server_ok ]]; then
 		# PostgreSQL::Test::Utils deletes PGHOST and PGPORT when it loads, so

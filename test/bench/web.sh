@@ -92,8 +92,15 @@ trap 'exit 130' INT TERM
 # npm ci while the servers start
 mkdir -p "$work/node"
 cp "$here/web/package.json" "$here/web/package-lock.json" "$here/web/app.js" "$here/web/drive.js" "$work/node/"
-(cd "$work/node" && npm_config_cache=$work/.npm npm_config_update_notifier=false \
-	timeout 300 npm ci --omit=dev --no-audit --no-fund --loglevel=error) >"$work/npm.log" 2>&1 &
+# (make test shares one npm cache between its installs: SLIDEWIN_NPM_CACHE)
+npm_cache=$work/.npm
+npm_offline=()
+if [[ -n ${SLIDEWIN_NPM_CACHE:-} && -d $SLIDEWIN_NPM_CACHE ]]; then
+	npm_cache=$SLIDEWIN_NPM_CACHE
+	npm_offline=(--prefer-offline)
+fi
+(cd "$work/node" && npm_config_cache=$npm_cache npm_config_update_notifier=false \
+	timeout 300 npm ci --omit=dev --no-audit --no-fund --loglevel=error "${npm_offline[@]}") >"$work/npm.log" 2>&1 &
 npm_pid=$!
 
 redis_port=$(free_port)

@@ -107,7 +107,9 @@ sub run_in
 
 # install_node_modules($dir): start `npm ci` in a copy of examples/express,
 # dev dependencies included: exactly what package-lock.json says, or a
-# failure if it disagrees with package.json. Its cache goes in the copy too.
+# failure if it disagrees with package.json. Its cache goes in the copy too,
+# unless SLIDEWIN_NPM_CACHE names one that the whole test run shares (then
+# what is there already is not fetched again: --prefer-offline).
 # It runs while the caller does other things, until
 # node_modules_installed() waits for it; its node_modules is then where
 # test/node/ratelimit_fields.js finds structured-headers.
@@ -116,8 +118,11 @@ sub install_node_modules
 {
 	my ($dir) = @_;
 	my $out = '';
-	local %ENV = (%ENV, npm_config_cache => "$dir/.npm", npm_config_update_notifier => 'false');
-	my $h = IPC::Run::start([ 'npm', 'ci', '--include=dev', '--no-audit', '--no-fund', '--loglevel=error' ],
+	my $shared = $ENV{SLIDEWIN_NPM_CACHE};
+	$shared = undef if defined $shared && !-d $shared;
+	local %ENV = (%ENV, npm_config_cache => $shared // "$dir/.npm", npm_config_update_notifier => 'false');
+	my $h = IPC::Run::start([ 'npm', 'ci', '--include=dev', '--no-audit', '--no-fund', '--loglevel=error',
+			($shared ? ('--prefer-offline') : ()) ],
 		'<', \undef, '>&', \$out, init => sub { chdir $dir or die "chdir $dir: $!" },
 		IPC::Run::timeout(180));
 	$npm = { h => $h, out => \$out, dir => $dir, t0 => time };
