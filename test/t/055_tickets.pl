@@ -15,7 +15,12 @@ use Test::More;
 use SlidewinTest;
 
 my $redis = SlidewinTest::start_redis();
-my $node  = SlidewinTest::new_node('tickets', $redis);
+# What is tested is which tickets are given back, not timeouts: Redis gets
+# 2 s to connect and to answer, so that a machine loaded elsewhere cannot
+# send a call of the Redis half to the fallback store (the Redis half
+# checks that Redis answered every call).
+my $node  = SlidewinTest::new_node('tickets', $redis,
+	[ "slidewin.connect_timeout = '2s'", "slidewin.command_timeout = '2s'" ]);
 
 foreach my $store ('redis', 'fallback')
 {
