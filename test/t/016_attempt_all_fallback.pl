@@ -5,12 +5,12 @@
 # limit and each call with its own cost per key. The four algorithms run in
 # one pgbench, each call taking one at random, on keys of their own. Every
 # window is long enough that a key's units are all its admissions: an hour
-# for sliding_log; for the counting algorithms a window of at least a day,
-# aligned so that the whole file runs inside one (SlidewinTest::
-# aligned_window), which makes fixed_window's window and sliding_counter's
-# bucket the only one (no previous bucket weighs in: its estimate is its
-# count), and token_bucket's refill less than one unit over the file (so its
-# bound, the burst plus the refill, is lim).
+# for sliding_log; for the counting algorithms a window of at least a day
+# that the whole file runs inside (SlidewinTest::aligned_window). So
+# fixed_window's window and sliding_counter's bucket are the only ones (no
+# previous bucket weighs in: the estimate is the count), token_bucket refills
+# less than one unit over the file (its bound, the burst plus the refill, is
+# lim), and each key's count is exact and its bound strict.
 #
 #  1. Redis cannot answer (a closed port): the fallback store decides every
 #     call. No call fails (no deadlock, no statement_timeout of 5 s); each
