@@ -6,7 +6,7 @@
 SET slidewin.key_prefix = 'regress:{allfb}:';
 SET TimeZone = 'UTC';
 SET slidewin.redis_retry_interval = 0;
-SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd1', 'd2', 'd3', 's1', 's2', 'c1', 'c2', 'k1', 'k2']) k;
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd1', 'd2', 'd3', 's1', 's2', 'c1', 'c2', 'k1', 'k2', 'tb:y1']) k;
 -- what earlier tests' fallback calls left waiting (on their test clocks)
 TRUNCATE rl_fallback_carry;
 CREATE FUNCTION pg_temp.at(s int) RETURNS void LANGUAGE sql AS $$
@@ -179,8 +179,30 @@ SELECT * FROM pg_temp.counting('fixed_window', 1000);
 SELECT * FROM pg_temp.counting('sliding_counter', 2000);
 SELECT * FROM pg_temp.counting('token_bucket', 3000);
 
+-- A token bucket's rows carried in several scripts (a script takes 64 rows
+-- at most, and a backend's first only 8): each script adds to Redis's
+-- bucket only what its rows owe beyond the scripts before it, whose rows
+-- its furthest end includes. 70 fallback admissions of one unit, 1 s apart,
+-- lim 100 a day; back on Redis, a call of one more unit finds the 70 (less
+-- the 0.08 refilled) and leaves 29. (Before, each script added its whole
+-- reach: the first script's rows counted twice, and Redis denied.)
+SELECT pg_temp.down();
+DO $$
+BEGIN
+  FOR i IN 1 .. 70 LOOP
+    PERFORM pg_temp.at(4000 + i);
+    PERFORM rl_attempt_all(ARRAY['tb:y1'], ARRAY[100], ARRAY['1 day']::interval[],
+                           on_redis_error => 'fallback', algorithm => 'token_bucket');
+  END LOOP;
+END $$;
+SELECT * FROM pg_temp.rows(ARRAY['tb:y1']);
+SELECT pg_temp.up(), pg_temp.at(4100);
+SELECT key, allowed, remaining, store FROM rl_attempt_all_rows(ARRAY['tb:y1'], ARRAY[100],
+    ARRAY['1 day']::interval[], algorithm => 'token_bucket');
+SELECT * FROM pg_temp.rows(ARRAY['tb:y1']);
+
 SELECT pg_temp.up();
-SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd1', 'd2', 'd3', 's1', 's2', 'c1', 'c2', 'k1', 'k2']) k;
+SELECT count(rl_reset(k)) FROM unnest(ARRAY['a', 'b', 'c', 'd1', 'd2', 'd3', 's1', 's2', 'c1', 'c2', 'k1', 'k2', 'tb:y1']) k;
 SELECT count(rl_reset(a || k)) FROM unnest(ARRAY['fixed_window', 'sliding_counter', 'token_bucket']) a,
        unnest(ARRAY[':x1', ':x2']) k;
 RESET slidewin.test_now;

@@ -379,6 +379,22 @@ sub max_overlap
 	return $max;
 }
 
+# aligned_window($span, $min): a window length in seconds, a whole number of
+# hours and at least $min, whose aligned window (fixed_window's and
+# sliding_counter's, at multiples of the length since the Unix epoch) that
+# holds the present also holds the next $span seconds. A test whose calls
+# must all fall in one window (so that a key's count is every admission)
+# takes it rather than a day, which a run near midnight UTC would cross.
+sub aligned_window
+{
+	my ($span, $min) = @_;
+	my $now = time();
+	for (my $w = 3600 * int(($min + 3599) / 3600);; $w += 3600)
+	{
+		return $w if int($now / $w) == int(($now + $span) / $w);
+	}
+}
+
 # session_sql($session, $sql): $sql in a background_psql session (which
 # keeps going after an error); returns (stdout, stderr, seconds taken), the
 # session's stderr emptied for the next call.

@@ -9,11 +9,20 @@ age):
   sliding_counter: in the current bucket, or in the previous one;
   token_bucket:    its reach is how far the fallback store's own tat
                    stood ahead of it once it was admitted (the
-                   admissions before it included), so what the fallback
-                   store's admissions still owe the bucket is the
-                   largest s + reach - now among the new ones; that is
-                   added to the tat: more than GCRA would hold had one
-                   store decided them all, never less.
+                   admissions before it included), so where that tat
+                   stood, s + reach, is the furthest among one
+                   database's new entries (the source: the id less its
+                   time). What the source's admissions still owe the
+                   bucket is that end less now, less what an earlier
+                   carry of the source already added: the end it
+                   reached, kept in the imports set as the member
+                   '>' .. source until it passes. The rest is added to
+                   the tat: more than GCRA would hold had one store
+                   decided them all, never less. (A source's rows can
+                   come in several scripts, and each script's furthest
+                   end includes the rows of the scripts before it:
+                   added whole, those were counted again, 64 units of
+                   one key carried in two scripts counted 128.)
 An entry that no longer counts is "outside its window". Returns as
 log_import.lua. ]]
 
@@ -21,6 +30,7 @@ local key, ik = KEYS[1], KEYS[3]
 if ARGV[2] == 'k' then bkeep = KEYS[2] end
 local now, algo = clock(ARGV[1]), ARGV[3]
 local done, dup, old, until_, debt = 0, 0, 0, 0, 0
+local ends = {}
 for id, age, cost, win, reach in string.gmatch(ARGV[4], '([^,;]+),(%d+),(%d+),(%d+),%d+,(%d+);') do
   local s = now - tonumber(age)
   cost, win, reach = tonumber(cost), tonumber(win), tonumber(reach)
@@ -47,7 +57,10 @@ for id, age, cost, win, reach in string.gmatch(ARGV[4], '([^,;]+),(%d+),(%d+),(%
       if s >= start then c = c + cost else p = p + cost end
       redis.call('HSET', key, 's', start, 'c', c, 'p', p)
       exp = start + 2 * win
-    elseif s + reach - now > debt then debt = s + reach - now end
+    else
+      local src = string.match(id, '^(.*)%.[^.]*$') or id
+      if s + reach > (ends[src] or 0) then ends[src] = s + reach end
+    end
     -- kept while a copy sent again could still count
     local keep_id = s + win
     if algo == 'sc' then keep_id = s + 2 * win elseif algo == 'tb' then keep_id = s + reach end
@@ -55,6 +68,14 @@ for id, age, cost, win, reach in string.gmatch(ARGV[4], '([^,;]+),(%d+),(%d+),(%
     if exp > until_ then until_ = exp end
     if keep_id > until_ then until_ = keep_id end
     done = done + 1
+  end
+end
+for src, e in pairs(ends) do
+  local from = tonumber(redis.call('ZSCORE', ik, '>' .. src) or '0')
+  if from < now then from = now end
+  if e > from then
+    debt = debt + (e - from)
+    redis.call('ZADD', ik, e, '>' .. src)
   end
 end
 if debt > 0 then
