@@ -36,6 +36,7 @@
 
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
+#include "common/base64.h"
 #include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -44,9 +45,11 @@
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 
+#include "compat.h"
 #include "denial.h"
 
 PG_FUNCTION_INFO_V1(slidewin_headers);
@@ -73,17 +76,6 @@ denial_now_us(void)
 		((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
 }
 
-static void
-header(StringInfo buf, bool *first, const char *name, const char *value)
-{
-	if (!*first)
-		appendStringInfoChar(buf, ',');
-	*first = false;
-	escape_json(buf, name);
-	appendStringInfoChar(buf, ':');
-	escape_json(buf, value);
-}
-
 /*
  * When the quota is back, as Unix microseconds: reset_at, or on a denial
  * the end of its retry_after if that is later (a blocked key).
@@ -96,23 +88,58 @@ quota_back_us(const RlOutcome *o, bool can_retry, int64 now_us)
 	return o->reset_at_us;
 }
 
+/* The header fields of a result, at most six, in the order they are written. */
+#define MAX_FIELDS 6
+
+typedef struct HeaderFields
+{
+	int			n;
+	const char *name[MAX_FIELDS];
+	char	   *value[MAX_FIELDS];
+} HeaderFields;
+
+/* v in decimal, without a format string to parse */
+static void
+append_int64(StringInfo buf, int64 v)
+{
+	char		num[MAXINT8LEN + 1];
+
+	appendBinaryStringInfo(buf, num, pg_lltoa(v, num));
+}
+
+static char *
+int64_text(int64 v)
+{
+	char	   *num = palloc(MAXINT8LEN + 1);
+
+	pg_lltoa(v, num);
+	return num;
+}
+
+static void
+field(HeaderFields *h, const char *name, char *value)
+{
+	Assert(h->n < MAX_FIELDS);
+	h->name[h->n] = name;
+	h->value[h->n++] = value;
+}
+
 /*
- * The header fields of n results, one policy each, as one JSON object.
- * items[i]: policy i's name as a structured-field string, quotes included;
- * pks[i]: ";pk=" and its partition key as a structured-field byte sequence,
- * or "". RateLimit-Policy and RateLimit are lists of one member per policy
- * (draft -11 allows several); the X-RateLimit-* fields, which hold one
- * number each, and Retry-After describe one policy, the one that decided:
- * when the call was denied, the one with the longest wait (the call passes
- * no sooner than every policy lets it), else the one with the fewest units
+ * The header fields of n results, one policy each. items[i]: policy i's
+ * name as a structured-field string, quotes included; pks[i]: ";pk=" and
+ * its partition key as a structured-field byte sequence, or "".
+ * RateLimit-Policy and RateLimit are lists of one member per policy (draft
+ * -11 allows several); the X-RateLimit-* fields, which hold one number
+ * each, and Retry-After describe one policy, the one that decided: when
+ * the call was denied, the one with the longest wait (the call passes no
+ * sooner than every policy lets it), else the one with the fewest units
  * left; the first of equals. With n = 1 this is rl_headers(r) as before.
  * can_retry false: no retry can pass, so there is no Retry-After.
  */
 static void
-headers_list(StringInfo buf, int n, char **items, char **pks, const RlOutcome *os,
-			 bool can_retry, int64 now_us)
+headers_fields(HeaderFields *h, int n, char **items, char **pks, const RlOutcome *os,
+			   bool can_retry, int64 now_us)
 {
-	bool		first = true;
 	int			d = 0;
 	int64		retry_s;
 	StringInfoData policy;
@@ -133,13 +160,23 @@ headers_list(StringInfo buf, int n, char **items, char **pks, const RlOutcome *o
 	for (int i = 0; i < n; i++)
 	{
 		if (os[i].lim >= 0)
-			appendStringInfo(&policy, "%s%s;q=" INT64_FORMAT ";w=" INT64_FORMAT "%s",
-							 policy.len > 0 ? ", " : "", items[i], os[i].lim,
-							 ceil_div(os[i].win_us, USECS_PER_SEC), pks[i]);
+		{
+			if (policy.len > 0)
+				appendStringInfoString(&policy, ", ");
+			appendStringInfoString(&policy, items[i]);
+			appendStringInfoString(&policy, ";q=");
+			append_int64(&policy, os[i].lim);
+			appendStringInfoString(&policy, ";w=");
+			append_int64(&policy, ceil_div(os[i].win_us, USECS_PER_SEC));
+			appendStringInfoString(&policy, pks[i]);
+		}
 		if (os[i].known)
 		{
-			appendStringInfo(&state, "%s%s;r=" INT64_FORMAT,
-							 state.len > 0 ? ", " : "", items[i], os[i].remaining);
+			if (state.len > 0)
+				appendStringInfoString(&state, ", ");
+			appendStringInfoString(&state, items[i]);
+			appendStringInfoString(&state, ";r=");
+			append_int64(&state, os[i].remaining);
 			/* the effective window, when the store said when it ends */
 			if (os[i].next_us >= 0)
 			{
@@ -148,29 +185,73 @@ headers_list(StringInfo buf, int n, char **items, char **pks, const RlOutcome *o
 				/* no later than Retry-After, as the draft asks */
 				if (can_retry)
 					t_s = Min(t_s, retry_s);
-				appendStringInfo(&state, ";t=" INT64_FORMAT, t_s);
+				appendStringInfoString(&state, ";t=");
+				append_int64(&state, t_s);
 			}
 			appendStringInfoString(&state, pks[i]);
 		}
 	}
 
-	appendStringInfoChar(buf, '{');
+	h->n = 0;
 	if (policy.len > 0)
-		header(buf, &first, "RateLimit-Policy", policy.data);
+		field(h, "RateLimit-Policy", policy.data);
 	if (o->lim >= 0)
-		header(buf, &first, "X-RateLimit-Limit", psprintf(INT64_FORMAT, o->lim));
+		field(h, "X-RateLimit-Limit", int64_text(o->lim));
 	if (state.len > 0)
-		header(buf, &first, "RateLimit", state.data);
+		field(h, "RateLimit", state.data);
 	if (o->known)
 	{
-		header(buf, &first, "X-RateLimit-Remaining", psprintf(INT64_FORMAT, o->remaining));
-		header(buf, &first, "X-RateLimit-Reset",
-			   psprintf(INT64_FORMAT, ceil_div(quota_back_us(o, can_retry, now_us),
-											   USECS_PER_SEC)));
+		field(h, "X-RateLimit-Remaining", int64_text(o->remaining));
+		field(h, "X-RateLimit-Reset",
+			  int64_text(ceil_div(quota_back_us(o, can_retry, now_us), USECS_PER_SEC)));
 	}
 	if (can_retry)
-		header(buf, &first, "Retry-After", psprintf(INT64_FORMAT, retry_s));
+		field(h, "Retry-After", int64_text(retry_s));
+}
+
+/* The fields as one JSON object's text, for the json style's DETAIL. */
+static void
+headers_text(StringInfo buf, const HeaderFields *h)
+{
+	appendStringInfoChar(buf, '{');
+	for (int i = 0; i < h->n; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(buf, ',');
+		escape_json(buf, h->name[i]);
+		appendStringInfoChar(buf, ':');
+		escape_json(buf, h->value[i]);
+	}
 	appendStringInfoChar(buf, '}');
+}
+
+/*
+ * The fields as jsonb, built as a value rather than written as text and
+ * parsed back: the same object jsonb_in would make of headers_text's text
+ * (its keys are put in jsonb's order by the same code), at a fraction of
+ * the cost.
+ */
+static Datum
+headers_jsonb(const HeaderFields *h)
+{
+	JsonbParseState *state = NULL;
+	JsonbValue	v;
+	JsonbValue *obj;
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (int i = 0; i < h->n; i++)
+	{
+		v.type = jbvString;
+		v.val.string.val = (char *) h->name[i];
+		v.val.string.len = strlen(h->name[i]);
+		pushJsonbValue(&state, WJB_KEY, &v);
+		v.type = jbvString;
+		v.val.string.val = h->value[i];
+		v.val.string.len = strlen(h->value[i]);
+		pushJsonbValue(&state, WJB_VALUE, &v);
+	}
+	obj = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	return JsonbPGetDatum(JsonbValueToJsonb(obj));
 }
 
 void
@@ -179,8 +260,10 @@ denial_headers(StringInfo buf, const RlOutcome *o, bool can_retry, int64 now_us)
 	/* rl_headers' default name, no partition key */
 	char	   *item = "\"default\"";
 	char	   *pk = "";
+	HeaderFields h;
 
-	headers_list(buf, 1, &item, &pk, o, can_retry, now_us);
+	headers_fields(&h, 1, &item, &pk, o, can_retry, now_us);
+	headers_text(buf, &h);
 }
 
 static void
@@ -227,17 +310,145 @@ denial_detail_json(StringInfo buf, const RlArgs *args, const RlOutcome *o,
  * ---------------------------------------------------------------------
  */
 
+/*
+ * The fields rl_headers reads, and their types: a row of rl_result has
+ * them; any other row must too, or a field would be read as a type it is
+ * not. next_at may be missing (a database not yet updated to 1.11).
+ */
+static const struct
+{
+	const char *name;
+	Oid			type;
+	bool		optional;
+}			result_fields[] =
+{
+	{"allowed", BOOLOID, false},
+	{"remaining", INT8OID, false},
+	{"retry_after", INTERVALOID, false},
+	{"reset_at", TIMESTAMPTZOID, false},
+	{"lim", INT8OID, false},
+	{"win", INTERVALOID, false},
+	{"next_at", TIMESTAMPTZOID, true},
+};
+
+/* result_fields' indexes */
+enum
+{
+	F_ALLOWED, F_REMAINING, F_RETRY_AFTER, F_RESET_AT, F_LIM, F_WIN, F_NEXT_AT, F_COUNT
+};
+
+/*
+ * Where the fields of result_fields are in a row type: attribute numbers,
+ * 0 for a field the type lacks.
+ */
+typedef struct ResultLayout
+{
+	Oid			typid;
+	uint64		desc_id;		/* the type cache's tupDesc_identifier */
+	TupleDesc	desc;
+	AttrNumber	att[F_COUNT];
+} ResultLayout;
+
+/*
+ * The layout of rl_result (or of the one named row type last read), for
+ * the backend's life. fn_extra would not do: a prepared statement gets a
+ * new one at each execution, and rl_headers is called once in each. The
+ * type cache's identifier of the row type's descriptor tells when the
+ * type has changed (ALTER TYPE, an extension update) and the layout must
+ * be made again.
+ */
+static ResultLayout named_layout;
+
+static void
+layout_make(TupleDesc desc, ResultLayout *l)
+{
+	for (int f = 0; f < F_COUNT; f++)
+	{
+		l->att[f] = 0;
+		for (int i = 0; i < desc->natts && l->att[f] == 0; i++)
+			if (!TupleDescAttr(desc, i)->attisdropped &&
+				strcmp(NameStr(TupleDescAttr(desc, i)->attname), result_fields[f].name) == 0)
+				l->att[f] = i + 1;
+	}
+}
+
+/*
+ * The layout of r's row type: named_layout for a named type, else (an
+ * anonymous record) one made in *scratch for this call.
+ */
+static const ResultLayout *
+result_layout(HeapTupleHeader r, ResultLayout *scratch)
+{
+	Oid			typid = HeapTupleHeaderGetTypeId(r);
+	int32		typmod = HeapTupleHeaderGetTypMod(r);
+	TypeCacheEntry *tc;
+	TupleDesc	desc;
+	MemoryContext old;
+
+	StaticAssertStmt(lengthof(result_fields) == F_COUNT, "result_fields and F_COUNT differ");
+	if (typid != RECORDOID)
+	{
+		tc = lookup_type_cache(typid, TYPECACHE_TUPDESC);
+		if (tc->tupDesc == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("type %s is not composite", format_type_be(typid))));
+		if (named_layout.desc != NULL && named_layout.typid == typid &&
+			named_layout.desc_id == tc->tupDesc_identifier)
+			return &named_layout;
+		if (named_layout.desc != NULL)
+			FreeTupleDesc(named_layout.desc);
+		named_layout.desc = NULL;
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		desc = CreateTupleDescCopy(tc->tupDesc);
+		MemoryContextSwitchTo(old);
+		layout_make(desc, &named_layout);
+		named_layout.typid = typid;
+		named_layout.desc_id = tc->tupDesc_identifier;
+		named_layout.desc = desc;
+		return &named_layout;
+	}
+	desc = lookup_rowtype_tupdesc_copy(typid, typmod);
+	layout_make(desc, scratch);
+	scratch->typid = typid;
+	scratch->desc_id = 0;
+	scratch->desc = desc;
+	return scratch;
+}
+
+/* A row of a result: its tuple and where its fields are. */
+typedef struct ResultRow
+{
+	HeapTupleData tup;
+	const ResultLayout *layout;
+	ResultLayout scratch;
+} ResultRow;
+
+static void
+result_row(HeapTupleHeader h, ResultRow *r)
+{
+	r->tup.t_len = HeapTupleHeaderGetDatumLength(h);
+	ItemPointerSetInvalid(&r->tup.t_self);
+	r->tup.t_tableOid = InvalidOid;
+	r->tup.t_data = h;
+	r->layout = result_layout(h, &r->scratch);
+}
+
 /* A field of r, or NULL-ness; 22004 naming it when it must be there. */
 static Datum
-result_field(HeapTupleHeader r, const char *arg, const char *field, bool required,
-			 bool *isnull)
+result_field(const ResultRow *r, const char *arg, int f, bool required, bool *isnull)
 {
-	Datum		d = GetAttributeByName(r, field, isnull);
+	Datum		d;
 
+	/* as GetAttributeByName says of a field the type lacks */
+	if (r->layout->att[f] == 0)
+		elog(ERROR, "attribute \"%s\" does not exist", result_fields[f].name);
+	d = heap_getattr((HeapTuple) &r->tup, r->layout->att[f], r->layout->desc, isnull);
 	if (*isnull && required)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("field \"%s\" of argument \"%s\" must not be null", field, arg)));
+				 errmsg("field \"%s\" of argument \"%s\" must not be null",
+						result_fields[f].name, arg)));
 	return d;
 }
 
@@ -287,22 +498,15 @@ result_pair(const char *arg, bool first_null, const char *first, bool second_nul
  * has no such field (a database not yet updated); checked like reset_at.
  */
 static int64
-result_next_us(HeapTupleHeader r, const char *arg)
+result_next_us(const ResultRow *r, const char *arg)
 {
-	TupleDesc	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(r),
-											  HeapTupleHeaderGetTypMod(r));
-	bool		has = false;
 	bool		isnull;
 	TimestampTz next_at;
 	int64		us;
 
-	for (int i = 0; i < desc->natts && !has; i++)
-		has = !TupleDescAttr(desc, i)->attisdropped &&
-			strcmp(NameStr(TupleDescAttr(desc, i)->attname), "next_at") == 0;
-	ReleaseTupleDesc(desc);
-	if (!has)
+	if (r->layout->att[F_NEXT_AT] == 0)
 		return -1;
-	next_at = DatumGetTimestampTz(result_field(r, arg, "next_at", false, &isnull));
+	next_at = DatumGetTimestampTz(result_field(r, arg, F_NEXT_AT, false, &isnull));
 	if (isnull)
 		return -1;
 	if (TIMESTAMP_NOT_FINITE(next_at))
@@ -323,7 +527,7 @@ result_next_us(HeapTupleHeader r, const char *arg)
  * is negative, empty or beyond what the others allow.
  */
 static void
-result_outcome(HeapTupleHeader r, const char *arg, RlOutcome *o)
+result_outcome(const ResultRow *r, const char *arg, RlOutcome *o)
 {
 	bool		lim_null;
 	bool		win_null;
@@ -337,12 +541,12 @@ result_outcome(HeapTupleHeader r, const char *arg, RlOutcome *o)
 	TimestampTz reset_at;
 
 	memset(o, 0, sizeof(*o));
-	o->allowed = DatumGetBool(result_field(r, arg, "allowed", true, &isnull));
-	o->retry_us = result_interval_us(DatumGetIntervalP(result_field(r, arg, "retry_after", true, &isnull)),
+	o->allowed = DatumGetBool(result_field(r, arg, F_ALLOWED, true, &isnull));
+	o->retry_us = result_interval_us(DatumGetIntervalP(result_field(r, arg, F_RETRY_AFTER, true, &isnull)),
 									 arg, "retry_after", 0);
 
-	lim = result_field(r, arg, "lim", false, &lim_null);
-	win = result_field(r, arg, "win", false, &win_null);
+	lim = result_field(r, arg, F_LIM, false, &lim_null);
+	win = result_field(r, arg, F_WIN, false, &win_null);
 	result_pair(arg, lim_null, "lim", win_null, "win");
 	o->lim = -1;
 	if (!lim_null)
@@ -355,8 +559,8 @@ result_outcome(HeapTupleHeader r, const char *arg, RlOutcome *o)
 		o->win_us = result_interval_us(DatumGetIntervalP(win), arg, "win", 1);
 	}
 
-	rem = result_field(r, arg, "remaining", false, &rem_null);
-	reset = result_field(r, arg, "reset_at", false, &reset_null);
+	rem = result_field(r, arg, F_REMAINING, false, &rem_null);
+	reset = result_field(r, arg, F_RESET_AT, false, &reset_null);
 	result_pair(arg, rem_null, "remaining", reset_null, "reset_at");
 	o->known = !rem_null;
 	if (!o->known)
@@ -384,27 +588,6 @@ result_outcome(HeapTupleHeader r, const char *arg, RlOutcome *o)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("field \"reset_at\" of argument \"%s\" must not be before 1970", arg)));
 }
-
-/*
- * The fields rl_headers reads, and their types: a row of rl_result has
- * them; any other row must too, or a field would be read as a type it is
- * not. next_at may be missing (a database not yet updated to 1.11).
- */
-static const struct
-{
-	const char *name;
-	Oid			type;
-	bool		optional;
-}			result_fields[] =
-{
-	{"allowed", BOOLOID, false},
-	{"remaining", INT8OID, false},
-	{"retry_after", INTERVALOID, false},
-	{"reset_at", TIMESTAMPTZOID, false},
-	{"lim", INT8OID, false},
-	{"win", INTERVALOID, false},
-	{"next_at", TIMESTAMPTZOID, true},
-};
 
 static void
 result_check_type(HeapTupleHeader r, const char *arg)
@@ -463,19 +646,21 @@ policy_item(const char *name, const char *arg, StringInfo item)
 static void
 partition_key(bytea *key, const char *arg, StringInfo pk)
 {
-	char	   *b64;
+	int			len = VARSIZE_ANY_EXHDR(key);
+	char		b64[PK_MAX_BYTES / 3 * 4 + 8];
+	int			n;
 
-	if (VARSIZE_ANY_EXHDR(key) > PK_MAX_BYTES)
+	if (len > PK_MAX_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"%s\" must be at most %d bytes", arg, PK_MAX_BYTES),
-				 errdetail("It is %zu bytes long.", (size_t) VARSIZE_ANY_EXHDR(key))));
-	b64 = TextDatumGetCString(DirectFunctionCall2(binary_encode, PointerGetDatum(key),
-												  CStringGetTextDatum("base64")));
+				 errdetail("It is %zu bytes long.", (size_t) len)));
+	/* standard base64 with padding, in one line, as draft -11's sf-binary */
+	n = pg_b64_encode((const slidewin_b64_byte *) VARDATA_ANY(key), len, b64, sizeof(b64));
+	if (n < 0)
+		elog(ERROR, "could not encode a partition key");
 	appendStringInfoString(pk, ";pk=:");
-	for (const char *c = b64; *c; c++)
-		if (*c != '\n')
-			appendStringInfoChar(pk, *c);
+	appendBinaryStringInfo(pk, b64, n);
 	appendStringInfoChar(pk, ':');
 }
 
@@ -483,9 +668,12 @@ Datum
 slidewin_headers(PG_FUNCTION_ARGS)
 {
 	RlOutcome	o;
+	ResultRow	row;
 	StringInfoData item;
 	StringInfoData pk;
-	StringInfoData buf;
+	HeaderFields h;
+	char	   *item_data;
+	char	   *pk_data;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -497,7 +685,8 @@ slidewin_headers(PG_FUNCTION_ARGS)
 				 errmsg("argument \"name\" must not be null")));
 	initStringInfo(&item);
 	policy_item(text_to_cstring(PG_GETARG_TEXT_PP(1)), "name", &item);
-	result_outcome(PG_GETARG_HEAPTUPLEHEADER(0), "r", &o);
+	result_row(PG_GETARG_HEAPTUPLEHEADER(0), &row);
+	result_outcome(&row, "r", &o);
 
 	/* rl_headers(r, name, pk): the partition key as a byte sequence */
 	initStringInfo(&pk);
@@ -511,9 +700,10 @@ slidewin_headers(PG_FUNCTION_ARGS)
 		partition_key(PG_GETARG_BYTEA_PP(2), "pk", &pk);
 	}
 
-	initStringInfo(&buf);
-	headers_list(&buf, 1, &item.data, &pk.data, &o, !o.allowed, denial_now_us());
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+	item_data = item.data;
+	pk_data = pk.data;
+	headers_fields(&h, 1, &item_data, &pk_data, &o, !o.allowed, denial_now_us());
+	PG_RETURN_DATUM(headers_jsonb(&h));
 }
 
 /* ---------------------------------------------------------------------
@@ -572,7 +762,7 @@ slidewin_headers_all(PG_FUNCTION_ARGS)
 	char	  **pks;
 	RlOutcome  *os;
 	bool		allowed = true;
-	StringInfoData buf;
+	HeaderFields h;
 
 	n = headers_array(fcinfo, 0, "rows", &rows, &rows_null);
 	if (headers_array(fcinfo, 1, "names", &names, &names_null) != n)
@@ -591,6 +781,7 @@ slidewin_headers_all(PG_FUNCTION_ARGS)
 	{
 		char	   *arg = psprintf("rows[%d]", i + 1);
 		char	   *name;
+		ResultRow	row;
 		StringInfoData s;
 
 		if (rows_null[i])
@@ -598,7 +789,8 @@ slidewin_headers_all(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("argument \"%s\" must not be null", arg)));
 		result_check_type(DatumGetHeapTupleHeader(rows[i]), arg);
-		result_outcome(DatumGetHeapTupleHeader(rows[i]), arg, &os[i]);
+		result_row(DatumGetHeapTupleHeader(rows[i]), &row);
+		result_outcome(&row, arg, &os[i]);
 		allowed = allowed && os[i].allowed;
 
 		if (names_null[i])
@@ -625,7 +817,6 @@ slidewin_headers_all(PG_FUNCTION_ARGS)
 	}
 
 	/* the call was admitted only if every key was; else Retry-After is due */
-	initStringInfo(&buf);
-	headers_list(&buf, n, items, pks, os, !allowed, denial_now_us());
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+	headers_fields(&h, n, items, pks, os, !allowed, denial_now_us());
+	PG_RETURN_DATUM(headers_jsonb(&h));
 }

@@ -45,11 +45,12 @@
  */
 #include "postgres.h"
 
+#include <openssl/evp.h>
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "common/base64.h"
-#include "common/hmac.h"
 #include "common/sha2.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -89,6 +90,7 @@
 
 static uint8 secret[SECRET_LEN];
 static bool secret_valid = false;
+static bool mac_keyed = false;	/* the states of hmac() are of this secret */
 static bool callback_registered = false;
 
 static void
@@ -128,7 +130,12 @@ load_secret(void)
 		b = DatumGetByteaPP(d);
 		if (VARSIZE_ANY_EXHDR(b) != SECRET_LEN)
 			continue;
-		memcpy(secret, VARDATA_ANY(b), SECRET_LEN);
+		/* a new secret needs new keyed states (see hmac) */
+		if (memcmp(secret, VARDATA_ANY(b), SECRET_LEN) != 0)
+		{
+			memcpy(secret, VARDATA_ANY(b), SECRET_LEN);
+			mac_keyed = false;
+		}
 		found = true;
 		break;
 	}
@@ -143,22 +150,81 @@ load_secret(void)
 	secret_valid = true;
 }
 
+/*
+ * HMAC-SHA256 (RFC 2104) under the secret. Every rl_attempt that records an
+ * entry signs a ticket, so the keyed part, the digest states after the
+ * secret's inner and outer pads, is made once per secret and copied for
+ * each MAC: setting up an HMAC from the key each time cost more than the
+ * rest of rl_attempt together (doc/performance.md, "The web route"). The
+ * states live in OpenSSL's memory for the backend's life; a changed secret
+ * remakes them.
+ */
+static EVP_MD_CTX *mac_inner;
+static EVP_MD_CTX *mac_outer;
+static EVP_MD_CTX *mac_work;
+
+static void
+mac_failed(void)
+{
+	elog(ERROR, "could not compute a ticket's HMAC");
+}
+
+static void
+mac_key(void)
+{
+	uint8		pad[PG_SHA256_BLOCK_LENGTH];
+
+	if (mac_keyed)
+		return;
+	if (mac_inner == NULL &&
+		((mac_inner = EVP_MD_CTX_new()) == NULL ||
+		 (mac_outer = EVP_MD_CTX_new()) == NULL ||
+		 (mac_work = EVP_MD_CTX_new()) == NULL))
+	{
+		EVP_MD_CTX_free(mac_inner);
+		EVP_MD_CTX_free(mac_outer);
+		mac_inner = mac_outer = NULL;
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	}
+	/* the secret is shorter than a block: it is padded, not hashed */
+	StaticAssertStmt(SECRET_LEN <= PG_SHA256_BLOCK_LENGTH, "secret longer than a block");
+	memset(pad, 0x36, sizeof(pad));
+	for (int i = 0; i < SECRET_LEN; i++)
+		pad[i] ^= secret[i];
+	if (EVP_DigestInit_ex(mac_inner, EVP_sha256(), NULL) != 1 ||
+		EVP_DigestUpdate(mac_inner, pad, sizeof(pad)) != 1)
+		mac_failed();
+	memset(pad, 0x5c, sizeof(pad));
+	for (int i = 0; i < SECRET_LEN; i++)
+		pad[i] ^= secret[i];
+	if (EVP_DigestInit_ex(mac_outer, EVP_sha256(), NULL) != 1 ||
+		EVP_DigestUpdate(mac_outer, pad, sizeof(pad)) != 1)
+		mac_failed();
+	explicit_bzero(pad, sizeof(pad));
+	mac_keyed = true;
+}
+
 static void
 hmac(const char *label, const uint8 *a, size_t alen, const uint8 *b, size_t blen,
 	 uint8 *out, size_t outlen)
 {
-	pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
 	uint8		full[PG_SHA256_DIGEST_LENGTH];
+	unsigned int len = 0;
 
-	if (ctx == NULL ||
-		pg_hmac_init(ctx, secret, SECRET_LEN) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) label, strlen(label) + 1) < 0 ||
-		pg_hmac_update(ctx, a, alen) < 0 ||
-		(blen > 0 && pg_hmac_update(ctx, b, blen) < 0) ||
-		pg_hmac_final(ctx, full, sizeof(full)) < 0)
-		elog(ERROR, "could not compute a ticket's HMAC: %s",
-			 ctx ? pg_hmac_error(ctx) : "out of memory");
-	pg_hmac_free(ctx);
+	mac_key();
+	if (EVP_MD_CTX_copy_ex(mac_work, mac_inner) != 1 ||
+		EVP_DigestUpdate(mac_work, label, strlen(label) + 1) != 1 ||
+		EVP_DigestUpdate(mac_work, a, alen) != 1 ||
+		(blen > 0 && EVP_DigestUpdate(mac_work, b, blen) != 1) ||
+		EVP_DigestFinal_ex(mac_work, full, &len) != 1 ||
+		len != sizeof(full) ||
+		EVP_MD_CTX_copy_ex(mac_work, mac_outer) != 1 ||
+		EVP_DigestUpdate(mac_work, full, sizeof(full)) != 1 ||
+		EVP_DigestFinal_ex(mac_work, full, &len) != 1 ||
+		len != sizeof(full))
+		mac_failed();
 	memcpy(out, full, outlen);
 }
 
