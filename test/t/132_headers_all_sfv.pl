@@ -39,7 +39,11 @@ my $node  = SlidewinTest::new_node('hdrall', $redis);
 my @names = ('per-ip', 'per-route', 'plan');
 my @keys  = ('ip:203.0.113.7', 'route:/search:key:42', 'plan:key:42');
 my @lims  = (5, 2, 100);
-my @wins  = (60, 10, 86400);
+# Windows of minutes, not seconds: the calls run on the test clock, but
+# Redis expires a key in real time, after its window; a route window of 10 s
+# once ran out between the calls of a run on a loaded machine (the route had
+# 2 units again where it had 0).
+my @wins  = (3600, 600, 86400);
 my $arrays = sprintf(q{ARRAY['%s'], ARRAY[%s], ARRAY[%s]::interval[]},
 	join(q{', '}, @keys), join(', ', @lims), join(', ', map { "'$_ seconds'" } @wins));
 
@@ -85,7 +89,7 @@ push @calls, call('2031-03-01 14:00:05+00', '1, 1, 99');
 is_deeply(peek('2031-03-01 14:00:05+00'), [ 3, 0, 98 ],
 	'the denials charged no key: the address and the plan kept their units');
 # admitted again once the route's first unit has left
-push @calls, call('2031-03-01 14:00:10+00', '1, 1, 1');
+push @calls, call('2031-03-01 14:10:00+00', '1, 1, 1');
 
 SlidewinExample::node_modules_installed();
 my @in = map { { 'ratelimit' => $_->{headers}{RateLimit},
