@@ -197,3 +197,29 @@ SET slidewin.key_prefix = 'regress:tk:';
 SELECT rl_refund('a', ticket) FROM regress_tk_old;
 SELECT rl_refund('a', ticket) AS new_secret_given FROM rl_attempt('a', 100, '1 hour');
 DROP TABLE regress_tk_old;
+
+-- The signature and the key tag are HMAC-SHA256 under the secret, as
+-- ticket.c's header says, computed here from its definition (RFC 2104)
+-- with PostgreSQL's own sha256(), not with slidewin's code: a ticket is
+-- the same whichever way the backend keys its HMAC.
+CREATE FUNCTION pg_temp.hmac_sha256(k bytea, m bytea) RETURNS bytea
+LANGUAGE plpgsql AS $$
+DECLARE
+	ik bytea := decode(repeat('36', 64), 'hex');
+	ok bytea := decode(repeat('5c', 64), 'hex');
+BEGIN
+	FOR i IN 0 .. length(k) - 1 LOOP
+		ik := set_byte(ik, i, get_byte(ik, i) # get_byte(k, i));
+		ok := set_byte(ok, i, get_byte(ok, i) # get_byte(k, i));
+	END LOOP;
+	RETURN sha256(ok || sha256(ik || m));
+END $$;
+WITH tk AS (
+	SELECT decode(translate(ticket, '-_', '+/'), 'base64') AS b
+	FROM rl_attempt('hm', 100, '1 hour')
+), s AS (SELECT secret FROM rl_ticket_secret)
+SELECT substr(b, 33, 16) = substr(pg_temp.hmac_sha256(secret,
+		   convert_to('ticket', 'UTF8') || '\x00'::bytea || substr(b, 1, 32)), 1, 16) AS signature_is_hmac,
+	   substr(b, 27, 6) = substr(pg_temp.hmac_sha256(secret,
+		   convert_to('key', 'UTF8') || '\x00'::bytea || convert_to('regress:tk:hm', 'UTF8')), 1, 6) AS key_tag_is_hmac
+FROM tk, s;
