@@ -19,10 +19,23 @@
  * or the new one. Deletions of ended rows never wait: a row another
  * transaction is deleting is left to it.
  *
- * A key that was never blocked pays for one relation open per fallback call,
- * and nothing more while the table has no page; once it has one, for one
- * descent of the (key) index. A database whose extension predates the table
- * (1.6 and before, not yet updated) has no blocks.
+ * Most calls need no look at the table: a backend keeps the latest end of
+ * any block the table holds, read with the generation of the shared counter
+ * below, and while that counter has not moved and that end has passed, no
+ * key is blocked and the call reads nothing (an atomic read and a clock
+ * reading). Every rl_block moves the counter after inserting its row, so a
+ * backend that kept an end before the row existed reads again at its next
+ * call. The end is the latest of every row the until index leads to,
+ * committed or not (SnapshotAny): a row of a transaction still in progress,
+ * or prepared and committed later by a backend without our callbacks,
+ * already counts, and a deleted one counts until it is pruned, which only
+ * makes a call look at its key in vain. Rows written into the table other
+ * than by rl_block (by hand) are seen once the table's relcache entry is
+ * invalidated or the backend starts again. Without shared_preload_libraries
+ * there is no counter, and every call looks: one relation open, and while
+ * the table has a page, one descent of the (key) index. A database whose
+ * extension predates the table (1.6 and before, not yet updated) has no
+ * blocks.
  *
  * Like fallback.c, the table is reached through heap and index calls, not
  * SQL, so no role needs a privilege on it. This file never talks to Redis.
@@ -45,6 +58,7 @@
 #include "common/int.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
@@ -56,6 +70,7 @@
 #include "compat.h"
 #include "fallback_block.h"
 #include "fallback_table.h"
+#include "shmem_parts.h"
 
 /* Our lock tags: not fallback_table.c's (0x5357), nor user advisory locks (1, 2). */
 #define BLOCK_LOCK_CLASS 0x5342
@@ -77,18 +92,55 @@ static Oid	block_rel = InvalidOid;
 static Oid	block_key_idx = InvalidOid;
 static Oid	block_until_idx = InvalidOid;
 
+/* Moved by every rl_block, after its row is in the table and its indexes. */
+typedef struct BlockShared
+{
+	pg_atomic_uint64 generation;
+} BlockShared;
+
+static BlockShared *block_shared = NULL;
+
+/*
+ * This backend's knowledge (see the header): at generation ends_gen, no row
+ * of the table ended later than latest_end (PG_INT64_MIN: the table had no
+ * row). Kept only with block_shared.
+ */
+static bool ends_known = false;
+static uint64 ends_gen = 0;
+static int64 latest_end = PG_INT64_MIN;
+
+static Size
+shmem_size(void)
+{
+	return sizeof(BlockShared);
+}
+
+static void
+shmem_attach(void *p, bool found)
+{
+	block_shared = p;
+	if (!found)
+		pg_atomic_init_u64(&block_shared->generation, 1);
+}
+
+static const ShmemPart shmem_part = {"slidewin blocks", shmem_size, NULL, shmem_attach};
+
 static void
 invalidate_oids(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || !OidIsValid(block_rel) || relid == block_rel ||
 		relid == block_key_idx || relid == block_until_idx)
+	{
 		oids_known = false;
+		ends_known = false;
+	}
 }
 
 void
 fallback_block_init(void)
 {
 	CacheRegisterRelcacheCallback(invalidate_oids, (Datum) 0);
+	slidewin_shmem_register(&shmem_part);
 }
 
 /* Whether the table and its indexes exist (after the lookup, cached). */
@@ -129,6 +181,28 @@ slot_until(TupleTableSlot *slot)
 	return DatumGetInt64(slot_getattr(slot, BK_ATT_UNTIL, &isnull));
 }
 
+/*
+ * The latest end of any row the until index leads to, whether its
+ * transaction committed, is in progress or aborted (SnapshotAny): one
+ * backward descent. PG_INT64_MIN if there is none.
+ */
+static int64
+read_latest_end(Relation rel)
+{
+	Relation	idx = index_open(block_until_idx, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	IndexScanDesc scan = slidewin_index_beginscan(rel, idx, SnapshotAny, 0, 0);
+	int64		end = PG_INT64_MIN;
+
+	index_rescan(scan, NULL, 0, NULL, 0);
+	if (index_getnext_slot(scan, BackwardScanDirection, slot))
+		end = slot_until(slot);
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, AccessShareLock);
+	return end;
+}
+
 int64
 fallback_block_left(const RlArgs *args)
 {
@@ -138,15 +212,41 @@ fallback_block_left(const RlArgs *args)
 	IndexScanDesc scan;
 	int64		until = PG_INT64_MIN;
 	int64		now;
+	uint64		gen = 0;
 
 	if (!lookup_oids())
 		return 0;
+	if (block_shared != NULL)
+	{
+		/* read before the table, so that a later rl_block moves it past us */
+		gen = pg_atomic_read_u64(&block_shared->generation);
+		pg_read_barrier();
+		if (ends_known && gen == ends_gen && fallback_clock() >= latest_end)
+			return 0;
+	}
 	rel = table_open(block_rel, AccessShareLock);
 	/* a table that never held a block has no page: no index to descend */
 	if (RelationGetNumberOfBlocks(rel) == 0)
 	{
 		table_close(rel, AccessShareLock);
+		if (block_shared != NULL)
+		{
+			ends_known = true;
+			ends_gen = gen;
+			latest_end = PG_INT64_MIN;
+		}
 		return 0;
+	}
+	if (block_shared != NULL && !(ends_known && gen == ends_gen))
+	{
+		latest_end = read_latest_end(rel);
+		ends_gen = gen;
+		ends_known = true;
+		if (fallback_clock() >= latest_end)
+		{
+			table_close(rel, AccessShareLock);
+			return 0;
+		}
 	}
 	idx = index_open(block_key_idx, AccessShareLock);
 	slot = table_slot_create(rel, NULL);
@@ -294,6 +394,9 @@ fallback_block_set(const RlArgs *args, int64 duration_us, int64 at_least_us)
 	index_insert(w.until_idx, &values[BK_ATT_UNTIL - 1], &nulls[BK_ATT_UNTIL - 1], &tup->t_self,
 				 w.rel, UNIQUE_CHECK_NO, false, info);
 	heap_freetuple(tup);
+	/* after the row: every backend that read the table before it looks again */
+	if (block_shared != NULL)
+		pg_atomic_fetch_add_u64(&block_shared->generation, 1);
 	write_end(&w);
 	return until;
 }

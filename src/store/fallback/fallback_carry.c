@@ -137,13 +137,14 @@ carry_open(CarryRel *c, LOCKMODE mode)
 	c->slot = table_slot_create(c->rel, NULL);
 }
 
+/* Locks kept until the transaction ends, as fallback_scan_close() keeps them. */
 static void
 carry_close(CarryRel *c)
 {
 	ExecDropSingleTupleTableSlot(c->slot);
-	index_close(c->expires_idx, c->mode);
-	index_close(c->key_idx, c->mode);
-	table_close(c->rel, c->mode);
+	index_close(c->expires_idx, NoLock);
+	index_close(c->key_idx, NoLock);
+	table_close(c->rel, NoLock);
 }
 
 static int64

@@ -210,14 +210,20 @@ fallback_scan_open(FbScan *s, FbTableId t, text *key, LOCKMODE mode)
 	s->key = key;
 }
 
+/*
+ * The relations' locks are kept until the transaction ends, as the
+ * executor keeps those of the tables a statement touched: releasing each
+ * of them on every call cost more than the bulk release at commit, and a
+ * transaction's next call on the store finds them already held.
+ */
 void
 fallback_scan_close(FbScan *s)
 {
 	ExecDropSingleTupleTableSlot(s->slot);
 	for (int i = IDX_COUNT - 1; i >= 0; i--)
 		if (s->idx[i])
-			index_close(s->idx[i], s->mode);
-	table_close(s->rel, s->mode);
+			index_close(s->idx[i], NoLock);
+	table_close(s->rel, NoLock);
 }
 
 /* The btree operator for an int8 bound of the given strategy. */
