@@ -235,14 +235,14 @@ is($o, 't', 'yb\'s reservation ended too: its unit is free for rl_attempt');
 is($o, 't', 'and ya\'s');
 
 # The same for the counting algorithms, with reservations that live
-# 1 + 2 x 2 x 0.6 = 3.4 s (command_timeout 600 ms).
+# 1 + 2 x 2 x 1 = 5 s (command_timeout 1 s), as above.
 foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 {
 	my ($ka, $kb) = ("da_$algo", "db_$algo");
 	isnt(slot_of($ka), slot_of($kb), "$ka and $kb lie in different slots");
 	$caller = $node->background_psql('postgres', on_error_stop => 0);
-	$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 600');
-	my $clife = 3.4;
+	$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 1000');
+	my $clife = 5;
 	my $t0 = time;
 	$caller->{stdin} .= "SELECT allowed FROM rl_attempt_all_rows(ARRAY['$ka','$kb'], ARRAY[1,1],
 		ARRAY['1 hour','1 hour']::interval[], algorithm => '$algo', on_redis_error => 'error');\n";

@@ -5,9 +5,9 @@
  *		slots: reserve on each slot's master, then confirm or cancel.
  *
  * One script can only name keys of one slot, so the keys are grouped by
- * slot and each group is asked by log_all.lua in reserve mode, on its
- * slot's master (script_run routes it there, following MOVED and ASK as
- * any command does). A group whose keys all have room records each key's
+ * slot and each group is asked by log_all.lua (or counter_all.lua, below)
+ * in reserve mode, on its slot's master (script_run routes it there,
+ * following MOVED and ASK as any command does). A group whose keys all have room records each key's
  * entry at once, as an ordinary entry of the log, and marks it reserved
  * until a deadline (see log_all.lua): so a concurrent rl_attempt, or any
  * script that counts the key, counts it while it lives, and nothing can
@@ -19,6 +19,15 @@
  * back through the ledger at once, as a refund would. An entry whose mark
  * outlives its deadline (the backend died, or was stopped, between the two
  * steps) is given back by the next script that reads the key.
+ *
+ * The counting algorithms (fixed_window, sliding_counter, token_bucket)
+ * keep counts, not entries: counter_all.lua in reserve mode records each
+ * key's cost in a hash beside its state, under an id unique to the call,
+ * and every counting script under Cluster adds the live ones to the count
+ * (see counter_args.lua). counter_settle.lua confirms (the units go into
+ * the state, in the window they were reserved in) or cancels (the field
+ * goes). A cancel does not undo a confirmed counting group: its units stay
+ * counted as an admission's, which again leans toward not admitting.
  *
  * Every group is asked, even after one denied, so that each key's outcome
  * is known (the caller reports the key that decided); the reservations of
