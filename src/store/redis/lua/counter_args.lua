@@ -30,20 +30,23 @@ local bend = block_end(KEYS[2])
 -- start of the fixed window it was made in). Each counts as used until it
 -- is confirmed, cancelled or its end passes; an ended one is dropped here
 -- (by a call that writes; a peek only leaves it out).
-local held = {}
+-- Outside Cluster (no 'v') neither the list nor the function is made: a
+-- table and a closure for every call would cost the hot path.
+local held_in
 if rkey then
+  local held = {}
   local h = redis.call('HGETALL', rkey)
   for i = 1, #h, 2 do
     local e, c, b = string.match(h[i + 1], '^(%d+):(%d+):(%d+)$')
     if e and e + 0 > now then held[#held + 1] = {c + 0, b + 0}
     elseif mode ~= 'p' then redis.call('HDEL', rkey, h[i]) end
   end
-end
--- The units the live reservations made in the buckets from b0 to b1 hold.
-local function held_in(b0, b1)
-  local u = 0
-  for _, r in ipairs(held) do
-    if r[2] >= b0 and r[2] <= b1 then u = u + r[1] end
+  -- the units the live reservations made in the buckets from b0 to b1 hold
+  held_in = function(b0, b1)
+    local u = 0
+    for _, r in ipairs(held) do
+      if r[2] >= b0 and r[2] <= b1 then u = u + r[1] end
+    end
+    return u
   end
-  return u
 end
