@@ -6,9 +6,9 @@
 -- The arguments after the arrays are rl_attempt's. At most 16 keys, each
 -- once; any algorithm rl_attempt takes, one for all the keys; Redis (one
 -- server or Sentinel, or the keys of one slot of a Cluster) decides in one
--- script, sliding-log keys of several Cluster slots are reserved and then
--- confirmed or cancelled, and the fallback store decides inside the
--- caller's transaction.
+-- script, keys of several Cluster slots are reserved and then confirmed or
+-- cancelled, and the fallback store decides inside the caller's
+-- transaction.
 CREATE FUNCTION rl_attempt_all(keys text[], lims bigint[], wins interval[],
                                costs bigint[] DEFAULT NULL,
                                on_redis_error text DEFAULT NULL,
@@ -18,7 +18,7 @@ RETURNS rl_result
 AS 'MODULE_PATHNAME', 'slidewin_attempt_all'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION rl_attempt_all(text[], bigint[], interval[], bigint[], text, boolean, text) IS
-'Admit costs[i] units for every keys[i] if each last wins[i] holds at most lims[i] - costs[i] units, or charge none (costs NULL: 1 each). Returns the rl_result of the key that decided: the first that denied, else the one with the least room. At most 16 keys, each once, all on one algorithm; Redis decides in one script (under Redis Cluster, sliding_log keys of several slots are reserved slot by slot, then confirmed or cancelled); when Redis cannot answer, the fallback store decides every key inside the transaction.';
+'Admit costs[i] units for every keys[i] if each last wins[i] holds at most lims[i] - costs[i] units, or charge none (costs NULL: 1 each). Returns the rl_result of the key that decided: the first that denied, else the one with the least room. At most 16 keys, each once, all on one algorithm; Redis decides in one script (under Redis Cluster, keys of several slots are reserved slot by slot, then confirmed or cancelled); when Redis cannot answer, the fallback store decides every key inside the transaction.';
 
 CREATE FUNCTION rl_allow_all(keys text[], lims bigint[], wins interval[],
                              costs bigint[] DEFAULT NULL,

@@ -7,7 +7,12 @@
 #  - a redirection that cannot be read, a slot map that cannot be read:
 #    refused with a message that says so, never believed;
 #  - CLUSTERDOWN: "not now", the policy applies;
-#  - TRYAGAIN forever: waited out only until the call's deadline.
+#  - TRYAGAIN forever: waited out only until the call's deadline;
+#  - rl_attempt_all of a counting algorithm over two slots: a confirm that
+#    says not confirmed, of the wrong length or type, an error or MOVED
+#    forever, and a reserve of the wrong length: never an admission, the
+#    call follows its policy (an error reply raises whatever the policy, as
+#    for rl_attempt), within its timeouts.
 #
 # It talks to the fake server only: the Valkey pass leaves it out.
 # slidewin: starts no Redis server
@@ -83,6 +88,75 @@ $fake->reply('CLUSTER', "*1\r\n*3\r\n:9\r\n:3\r\n*2\r\n" . '$9' . "\r\n127.0.0.1
 $fake->script(FakeRedis::ints(1, 9, 0, 1_900_003_600_000_000, 1, 1_900_000_000_000_000, 0, 1_900_003_600_000_000));
 ($out, $err) = run_sql(q{SELECT * FROM rl_attempt('h:2', 10, '1 hour', 1, 'error')});
 like($err, qr/ERROR:\s+080\d\d: .*no usable slot map/s, 'a slot map with start > end is refused');
+
+# rl_attempt_all over two slots with a counting algorithm: two reserves
+# (counter_all.lua, one a slot), then two confirms (counter_settle.lua),
+# each answered by the fake node, which claims every slot. On the test clock
+# (2030-01-01 00:10 UTC) a good reserve of fixed_window, lim 10, cost 1,
+# one hour, is an admission that leaves 9, resetting at 01:00.
+$fake->reply('CLUSTER', $slots);
+my $hour = 1_893_459_600_000_000;
+my $reserved = FakeRedis::ints(1, 9, 0, $hour, 1, -1, 0, $hour);
+sub call_all
+{
+	my ($policy) = @_;
+	my $t0 = time;
+	my ($o, $e) = run_sql(qq{SET slidewin.test_now = '2030-01-01 00:10:00+00';
+		SELECT allowed, store FROM rl_attempt_all(ARRAY['h:1','h:2'], ARRAY[10,10],
+		  ARRAY['1 hour','1 hour']::interval[], algorithm => 'fixed_window',
+		  on_redis_error => '$policy')});
+	return ($o, $e, time - $t0);
+}
+$fake->script($reserved, $reserved, FakeRedis::ints(1));
+$fake->mark;
+($out, $err) = call_all('error');
+is($out, 't|redis', 'counting keys over two slots: reserved and confirmed, admitted') or diag($err);
+is(sends(), 4, 'two reserves and two confirms: the keys lie in two slots');
+my @hostile = (
+	[ 'a confirm that says not confirmed', FakeRedis::ints(0), qr/reservation of rl_attempt_all ended before it was confirmed/ ],
+	[ 'a confirm of the wrong length', FakeRedis::ints(1, 1), qr/confirm reply of rl_attempt_all's reservations has 2 elements/ ],
+	[ 'a confirm of the wrong type', "+OK\r\n", qr/confirm reply of rl_attempt_all's reservations is/ ],
+	[ 'a confirm element not 0 or 1', FakeRedis::ints(7), qr/is not 0 or 1/ ],
+	[ 'a confirm answered by an error', "-ERR boom\r\n", qr/boom/ ],
+	[ 'a confirm redirected forever', "-MOVED 1234 127.0.0.1:$port\r\n", qr/kept redirecting/ ],
+);
+foreach my $h (@hostile)
+{
+	my ($what, $reply, $why) = @$h;
+	$fake->script($reserved, $reserved, $reply);
+	my ($o, $e, $took) = call_all('error');
+	is($o, '', "$what: no admission under the error policy");
+	like($e, $why, "$what: an ERROR that says why");
+	cmp_ok($took, '<', 2, sprintf('%s: and no hang (%.2f s)', $what, $took));
+	$fake->script($reserved, $reserved, $reply);
+	($o, $e) = call_all('deny');
+	if ($reply =~ /^-ERR/)
+	{
+		# an error reply is an ERROR whatever the policy, as for rl_attempt
+		is($o, '', "$what: no admission under the deny policy either");
+		like($e, qr/ERROR:  38000: Redis rejected a slidewin command/, "$what: an ERROR whatever the policy");
+	}
+	else
+	{
+		is($o, 'f|none', "$what: the deny policy denies it") or diag($e);
+	}
+}
+# A reserve reply no script could give: refused before any confirm.
+$fake->script($reserved, FakeRedis::ints(1, 9, 0, $hour, 1, -1, 0));
+$fake->mark;
+my ($o7, $e7) = call_all('error');
+is($o7, '', 'a reserve of the wrong length: no admission');
+like($e7, qr/rl_attempt_all reply has 7 elements/, 'a reserve of the wrong length: refused, saying why');
+$fake->script($reserved, FakeRedis::ints(3, 9, 0, $hour, 1, -1, 0, $hour));
+($o7, $e7) = call_all('error');
+is($o7, '', 'a reserve that says "room, not charged" while no key denies: no admission');
+like($e7, qr/admits no key, but no key denies/, 'and it is refused, saying why');
+
+# Last, since the fallback store's admissions are then carried to the fake
+# node before each later call: the fallback policy decides the call.
+$fake->script($reserved, $reserved, FakeRedis::ints(0));
+($o7, $e7) = call_all('fallback');
+is($o7, 't|fallback', 'a confirm that says not confirmed: the fallback policy decides the call') or diag($e7);
 
 unlike(slurp_file($node->logfile), qr/PANIC|terminated by signal/, 'no crash');
 done_testing();

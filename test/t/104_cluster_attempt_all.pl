@@ -14,10 +14,16 @@
 #  - a confirm that cannot reach its master (frozen) after another slot
 #    confirmed fails the call: the confirmed slot is given back at once, and
 #    no reservation on the frozen master outlives its life;
+#  - the counting algorithms (fixed_window, sliding_counter, token_bucket)
+#    the same way: their reservations, a hash next to each key's state, are
+#    confirmed into the state or cancelled at once; a paused call's
+#    reservation counts for rl_attempt, rl_peek and a one-slot
+#    rl_attempt_all; a killed backend's stops counting within its life;
 #  - 8 pgbench clients, calls over 2-4 keys of 6 in different slots mixed
 #    with single-key rl_attempt calls of the same keys: every call all or
 #    none, no key over its limit, each key's units the sum of the admitted
-#    calls' costs.
+#    calls' costs; for the sliding log, then for each counting algorithm
+#    (these on the test clock, one window).
 use strict;
 use warnings;
 
@@ -109,18 +115,50 @@ is(join(',', units('xa', 5), units('xb', 3), units('xc', 8)), '3,3,6',
 is($o, "t\nt", 'xa and xc still have the room the denied calls reserved and gave back');
 is(join(',', units('xa', 5), units('xc', 8)), '5,8', 'xa and xc are now full');
 
-# The counting algorithms keep counts, not entries that a cancel could give
-# back one by one: over several slots they are refused (0A000), charging
-# nothing, whatever the policy.
-foreach my $algo (qw(fixed_window sliding_counter token_bucket))
+# The counting algorithms: a reservation is a field of a hash next to the
+# key's state (counter_args.lua), counted by every reader while it lives;
+# confirmed, its units go into the state; cancelled, they are given back.
+my %tag = (fixed_window => 'fw', sliding_counter => 'sc', token_bucket => 'tb');
+sub cunits
 {
-	($o, $e) = run_sql(qq{SELECT allowed FROM rl_attempt_all(ARRAY['ca','cb'], ARRAY[4,4],
-		ARRAY['1 hour','1 hour']::interval[], algorithm => '$algo', on_redis_error => 'allow')});
-	is(sqlstate($e), '0A000', "$algo over two slots: refused (0A000)");
-	like($e, qr/does not support keys in different hash slots of a Redis Cluster for algorithm $algo/,
-		"$algo over two slots: the message names the algorithm");
+	my ($k, $lim, $algo) = @_;
+	my $rem = $node->safe_psql('postgres',
+		"SELECT (rl_peek('$k', $lim, '1 hour', algorithm => '$algo')).remaining");
+	return $lim - $rem;
+}
+# Reservations held for a key, read straight from Redis.
+sub cheld
+{
+	my ($k, $algo) = @_;
+	my $rk = 'slidewin:{' . fnv($k) . "}$tag{$algo}r:$k";
+	my $n = 0;
+	for my $m (@masters)
+	{
+		my $c = scalar $m->cli('hlen', $rk);
+		$n += $c if $c =~ /^\d+$/;
+	}
+	return $n;
 }
 isnt(slot_of('ca'), slot_of('cb'), 'ca and cb lie in different slots');
+foreach my $algo (qw(fixed_window sliding_counter token_bucket))
+{
+	my $c2 = qq{SELECT allowed, key FROM rl_attempt_all_rows(ARRAY['ca','cb'], ARRAY[4,4],
+		ARRAY['1 hour','1 hour']::interval[], ARRAY[1,2], algorithm => '$algo', on_redis_error => 'error')};
+	($o, $e) = run_sql($c2);
+	is($o, "t|ca\nt|cb", "$algo over two slots: both keys admitted");
+	is($e, '', "$algo: no error");
+	is(cunits('ca', 4, $algo) . ',' . cunits('cb', 4, $algo), '1,2', "$algo: each key charged its cost");
+	is(cheld('ca', $algo) + cheld('cb', $algo), 0, "$algo: the reservations were confirmed, none is left");
+	# cb has 2 left; the call asks 1 of ca and 2 of cb twice: the second denies
+	($o) = run_sql($c2);
+	is($o, "t|ca\nt|cb", "$algo: a second call fills cb");
+	($o, $e) = run_sql($c2);
+	is($o, "f|ca\nf|cb", "$algo: cb full, no key admitted");
+	is(cunits('ca', 4, $algo), 2, "$algo: the cancel gave ca its reserved unit back at once");
+	is(cheld('ca', $algo), 0, "$algo: and left no reservation");
+	($o) = run_sql(qq{SELECT allowed FROM rl_attempt('ca', 4, '1 hour', 2, algorithm => '$algo', on_redis_error => 'error')});
+	is($o, 't', "$algo: ca still has the 2 units the denied call reserved and gave back");
+}
 
 # A confirmed reservation is an ordinary entry: refund_on_abort gives it back.
 isnt(slot_of('ra'), slot_of('rb'), 'ra and rb lie in different slots');
@@ -195,6 +233,52 @@ cmp_ok(($freed // 1e10) - $reserved, '<', $life + 1,
 is($o, 't', 'yb\'s reservation ended too: its unit is free for rl_attempt');
 ($o) = run_sql(q{SELECT allowed FROM rl_attempt('ya', 1, '1 hour', on_redis_error => 'error')});
 is($o, 't', 'and ya\'s');
+
+# The same for the counting algorithms, with reservations that live
+# 1 + 2 x 2 x 1 = 5 s (command_timeout 1 s), as above.
+foreach my $algo (qw(fixed_window sliding_counter token_bucket))
+{
+	my ($ka, $kb) = ("da_$algo", "db_$algo");
+	isnt(slot_of($ka), slot_of($kb), "$ka and $kb lie in different slots");
+	$caller = $node->background_psql('postgres', on_error_stop => 0);
+	$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 1000');
+	my $clife = 5;
+	my $t0 = time;
+	$caller->{stdin} .= "SELECT allowed FROM rl_attempt_all_rows(ARRAY['$ka','$kb'], ARRAY[1,1],
+		ARRAY['1 hour','1 hour']::interval[], algorithm => '$algo', on_redis_error => 'error');\n";
+	$caller->{run}->pump_nb;
+	$node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE wait_event_type = 'Lock' AND query LIKE '%rl_attempt_all_rows%'})
+	  or die 'the call did not pause';
+	($o) = run_sql(qq{SELECT allowed FROM rl_attempt('$ka', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
+	is($o, 'f', "$algo: a reservation counts for a concurrent rl_attempt of its key");
+	($o) = run_sql(qq{SELECT allowed FROM rl_peek('$kb', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
+	is($o, 'f', "$algo: and for rl_peek");
+	($o) = run_sql(qq{SELECT allowed FROM rl_attempt_all(ARRAY['$kb'], ARRAY[1],
+		ARRAY['1 hour']::interval[], algorithm => '$algo', on_redis_error => 'error')});
+	is($o, 'f', "$algo: and for a one-slot rl_attempt_all");
+	is(cheld($ka, $algo) . ',' . cheld($kb, $algo), '1,1', "$algo: the paused call holds a reservation of each key");
+	cmp_ok(time - $t0, '<', $clife, "$algo: all that within the reservations' life");
+	$node->safe_psql('postgres', q{
+		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		 WHERE query LIKE '%rl_attempt_all_rows%' AND pid <> pg_backend_pid()});
+	eval { $caller->quit; };
+	my $gone;
+	for (1 .. 100)
+	{
+		($o) = run_sql(qq{SELECT allowed FROM rl_peek('$ka', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
+		if ($o eq 't') { $gone = time; last }
+		usleep(50_000);
+	}
+	ok(defined $gone, "$algo: the killed backend's reservation stopped counting");
+	cmp_ok(($gone // 1e10) - $t0, '<', $clife + 1,
+		sprintf('%s: within its life of %.1f s (%.2f s after the call began)', $algo, $clife, ($gone // 1e10) - $t0));
+	cmp_ok(($gone // 0) - $t0, '>', $clife - 0.5, "$algo: and not long before its life ended");
+	($o) = run_sql(qq{SELECT allowed FROM rl_attempt('$kb', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
+	is($o, 't', "$algo: $kb\'s reservation ended too: its unit is free");
+	is(cheld($kb, $algo), 0, "$algo: and the call that read $kb dropped it");
+}
 
 # A confirm that comes after its reservation ended and was given back (a
 # peek read the key after its life) fails the call, and no key is charged.
@@ -320,5 +404,65 @@ foreach my $row (split /\n/, $node->safe_psql('postgres', 'SELECT k, l FROM keys
 	cmp_ok($sum, '<=', $lim, "$k: admitted units ($sum) within its limit ($lim)");
 	is(units($k, $lim), $sum, "$k: the units Redis counts are the admitted calls' costs ($sum)");
 }
+
+# The same load for each counting algorithm, on the test clock (so that
+# every call falls in one window, and no reservation ends): 8 clients x 40.
+# (Limits that divide the hour in whole microseconds: token_bucket's tokens
+# then add up exactly in Redis's doubles, and rl_peek can be compared with
+# the sum of the admitted costs to the unit.)
+$node->safe_psql('postgres', q{
+	UPDATE keys SET l = (ARRAY[20, 24, 30, 36, 40, 45])[substr(k, 2)::int];
+	CREATE TABLE algo (a text);
+	ALTER DATABASE postgres SET slidewin.test_now = '2030-01-01 00:10:00+00';
+});
+foreach my $algo (qw(fixed_window sliding_counter token_bucket))
+{
+	$node->safe_psql('postgres', "TRUNCATE outcome; DELETE FROM algo; INSERT INTO algo VALUES ('$algo')");
+	$node->pgbench('-n -c 8 -j 2 -t 40', 0, [qr{processed: 320/320}], [qr{^$}],
+		"$algo: 8 clients x 40 calls over 2-4 of 6 keys in different slots, or one key",
+		{ "104_all_$algo" => q{
+			\set n random(2, 4)
+			WITH pick AS MATERIALIZED (
+			       SELECT k, l, (1 + floor(random() * 3))::bigint AS c
+			         FROM keys ORDER BY random() LIMIT :n),
+			     arr AS (SELECT array_agg(k ORDER BY k) ks, array_agg(l ORDER BY k) ls,
+			                    array_agg(c ORDER BY k) cs FROM pick),
+			     id AS (SELECT nextval('calls') AS call)
+			INSERT INTO outcome
+			SELECT id.call, r.key, pick.c, r.allowed
+			  FROM arr, id,
+			       rl_attempt_all_rows(arr.ks, arr.ls, array_fill('1 hour'::interval, ARRAY[:n]),
+			                           arr.cs, algorithm => (SELECT a FROM algo),
+			                           on_redis_error => 'error') r
+			  JOIN pick ON pick.k = r.key;
+		  }, "104_one_$algo" => q{
+			\set i random(1, 6)
+			INSERT INTO outcome
+			SELECT nextval('calls'), k, 1,
+			       (rl_attempt(k, l, '1 hour', algorithm => (SELECT a FROM algo),
+			                   on_redis_error => 'error')).allowed
+			  FROM keys WHERE k = 'w' || :i;
+		  } });
+	is(join(',', map { cheld("w$_", $algo) } 1 .. 6), '0,0,0,0,0,0',
+		"$algo: no reservation is left behind");
+	is($node->safe_psql('postgres', q{
+		SELECT count(*) FROM (SELECT call FROM outcome GROUP BY call
+		                      HAVING bool_or(allowed) <> bool_and(allowed)) s}),
+		'0', "$algo: every call admitted all its keys or none");
+	my ($adm, $den) = split /\|/, $node->safe_psql('postgres', q{
+		SELECT count(*) FILTER (WHERE a AND n > 1), count(*) FILTER (WHERE NOT a AND n > 1)
+		  FROM (SELECT bool_and(allowed) a, count(*) n FROM outcome GROUP BY call) s});
+	cmp_ok($adm, '>', 10, "$algo: $adm calls over several keys admitted");
+	cmp_ok($den, '>', 10, "$algo: $den calls over several keys denied (the keys filled up)");
+	foreach my $row (split /\n/, $node->safe_psql('postgres', 'SELECT k, l FROM keys ORDER BY k'))
+	{
+		my ($k, $lim) = split /\|/, $row;
+		my $sum = $node->safe_psql('postgres',
+			"SELECT coalesce(sum(cost), 0) FROM outcome WHERE k = '$k' AND allowed");
+		cmp_ok($sum, '<=', $lim, "$algo $k: admitted units ($sum) within its limit ($lim)");
+		is(cunits($k, $lim, $algo), $sum, "$algo $k: the units Redis counts are the admitted calls' costs ($sum)");
+	}
+}
+$node->safe_psql('postgres', 'ALTER DATABASE postgres RESET slidewin.test_now');
 
 done_testing();

@@ -128,6 +128,9 @@ static const char lua_fixed_window_all[] = LUA_PRELUDE_BASE LUA_FIXED_WINDOW_ALL
 static const char lua_sliding_counter_all[] = LUA_PRELUDE_BASE LUA_SLIDING_COUNTER_ALL_BODY;
 static const char lua_token_bucket_all[] = LUA_PRELUDE_BASE LUA_TOKEN_BUCKET_ALL_BODY;
 
+/* Their second step over several slots of a Cluster: confirm or cancel. */
+static const char lua_counter_settle[] = LUA_PRELUDE_BASE LUA_COUNTER_SETTLE;
+
 /* Carrying the fallback store's admissions back (switch/carry.c). */
 static const char lua_log_import[] = LUA_PRELUDE_BASE LUA_LOG_IMPORT;
 static const char lua_counter_import[] = LUA_PRELUDE_BASE LUA_COUNTER_IMPORT;
@@ -172,6 +175,7 @@ static Script scripts[NUM_SCRIPTS] = {
 	[SCRIPT_FIXED_WINDOW_ALL] = {lua_fixed_window_all, LUA_FIXED_WINDOW_ALL_BODY, "fixed_window_all"},
 	[SCRIPT_SLIDING_COUNTER_ALL] = {lua_sliding_counter_all, LUA_SLIDING_COUNTER_ALL_BODY, "sliding_counter_all"},
 	[SCRIPT_TOKEN_BUCKET_ALL] = {lua_token_bucket_all, LUA_TOKEN_BUCKET_ALL_BODY, "token_bucket_all"},
+	[SCRIPT_COUNTER_SETTLE] = {lua_counter_settle},
 };
 
 /* Hex SHA1 of the script, as Redis names it; computed once per backend. */

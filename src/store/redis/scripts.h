@@ -29,6 +29,7 @@ typedef enum ScriptId
 	SCRIPT_FIXED_WINDOW_ALL,
 	SCRIPT_SLIDING_COUNTER_ALL,
 	SCRIPT_TOKEN_BUCKET_ALL,
+	SCRIPT_COUNTER_SETTLE,
 	NUM_SCRIPTS
 } ScriptId;
 
@@ -37,10 +38,10 @@ typedef enum ScriptId
 /*
  * rl_attempt_all names three keys and passes three arguments for each of
  * up to RL_MAX_KEYS (16) user keys, and three more: 48 keys, 51 arguments.
- * The counting algorithms' (counter_all.lua) name two keys for each. Every
- * other script names at most 4 keys. (log_all.lua's reservations, keys of
- * one slot of a call over several, pass one argument more, for at most
- * RL_MAX_KEYS - 1 keys.)
+ * The counting algorithms' (counter_all.lua) name three keys for each. Every
+ * other script names at most 4 keys. (The reservations, keys of one slot
+ * of a call over several, pass one argument more to log_all.lua and two
+ * more to counter_all.lua, for at most RL_MAX_KEYS - 1 keys.)
  */
 #define MAX_SCRIPT_KEYS 48
 #define MAX_SCRIPT_ARGS 51

@@ -10,7 +10,8 @@
  * no second step on one Redis, or under Sentinel (the same connection).
  * Under Redis Cluster a script may only name keys of one hash slot: keys in
  * different slots are reserved slot by slot, then confirmed or cancelled
- * (store_redis_xslot.c), each slot's keys by this file's script.
+ * (store_redis_xslot.c), each slot's keys by this file's script, for every
+ * algorithm.
  *
  * Like the rest of the store, this file knows nothing of failure policy.
  *
@@ -99,27 +100,29 @@ static const ScriptId all_scripts[ALGO_COUNT] = {
 
 /*
  * KEYS: for each user key, its structures as rl_attempt names them: the
- * log, its ledger and the block for the sliding log (3 a key), the state
- * and the block for the counting algorithms (2 a key). ARGV: n, the limits,
- * the windows, the costs, flags and the clock.
+ * log, its ledger and the block for the sliding log, the state, the block
+ * and the reservations for the counting algorithms (3 a key). ARGV: n,
+ * the limits, the windows, the costs, flags and the clock.
  */
 
-static bool run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o,
-					RedisResult *r);
+static bool run_all(int n, const RlArgs *args, int64 reserve_us,
+					const char *reserve_id, RlOutcome *o, RedisResult *r);
 
 bool
 redis_store_attempt_all(int n, const RlArgs *args, RlOutcome *o, RedisResult *r)
 {
-	return run_all(n, args, 0, o, r);
+	return run_all(n, args, 0, NULL, o, r);
 }
 
 /*
- * log_all.lua over args[0..n-1]; with reserve_us > 0 (keys of one slot, see
- * store_redis_xslot.c) each entry it records is a reservation that ends
- * that long after it is made, unless confirmed.
+ * The algorithm's script over args[0..n-1]; with reserve_us > 0 (keys of
+ * one slot, see store_redis_xslot.c) what it records for each key is a
+ * reservation that ends that long after it is made, unless confirmed (for
+ * the counting algorithms, named reserve_id).
  */
 static bool
-run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o, RedisResult *r)
+run_all(int n, const RlArgs *args, int64 reserve_us, const char *reserve_id,
+		RlOutcome *o, RedisResult *r)
 {
 	StringInfoData keys[3 * RL_MAX_KEYS];
 	const char *k[3 * RL_MAX_KEYS];
@@ -128,11 +131,11 @@ run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o, RedisResult *
 	char		now[24];
 	char		flags[4];
 	char		life[24];
-	const char *argv[3 * RL_MAX_KEYS + 4];
+	const char *argv[3 * RL_MAX_KEYS + 5];
 	int			nargs = 0;
 	RlAlgorithm algorithm = args[0].algorithm;
 	bool		logs = (algorithm == ALGO_SLIDING_LOG);
-	int			per = logs ? 3 : 2;
+	int			per = 3;
 	const char *tag = redis_store_tags[algorithm];
 
 	Assert(n >= 1 && n <= RL_MAX_KEYS);
@@ -142,27 +145,14 @@ run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o, RedisResult *
 	{
 		Assert(args[i].algorithm == algorithm);
 		redis_store_key(&keys[per * i], tag, &args[i]);
-		if (logs)
-			redis_store_ledger_key(&keys[per * i + 1], tag, &args[i]);
-		redis_store_block_key(&keys[per * i + per - 1], &args[i]);
+		/* the log's ledger; a counting state's reservations */
+		redis_store_ledger_key(&keys[per * i + (logs ? 1 : 2)], tag, &args[i]);
+		redis_store_block_key(&keys[per * i + (logs ? 2 : 1)], &args[i]);
 	}
 	if (reserve_us == 0 && !one_slot(per * n, keys))
 	{
 		for (int i = 0; i < per * n; i++)
 			pfree(keys[i].data);
-
-		/*
-		 * Reserving and confirming is the sliding log's (its entries can be
-		 * given back one by one); the counting algorithms keep counts, not
-		 * entries, and have no way yet to undo one call's units.
-		 */
-		if (!logs)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("rl_attempt_all does not support keys in different hash slots of a Redis Cluster for algorithm %s yet",
-							limit_algorithm_name(algorithm)),
-					 errdetail("Keys in different slots are reserved and then confirmed or cancelled, which only the sliding log can do."),
-					 errhint("Use algorithm sliding_log, or give slidewin.key_prefix a {tag} so that every key is in one slot.")));
 		return redis_store_attempt_xslot(n, args, run_all, o, r);
 	}
 	for (int i = 0; i < per * n; i++)
@@ -188,6 +178,8 @@ run_all(int n, const RlArgs *args, int64 reserve_us, RlOutcome *o, RedisResult *
 	{
 		snprintf(life, sizeof(life), INT64_FORMAT, reserve_us);
 		argv[nargs++] = life;
+		if (!logs)
+			argv[nargs++] = reserve_id;
 	}
 
 	script_run(all_scripts[algorithm], per * n, k, klens, nargs, argv, r);

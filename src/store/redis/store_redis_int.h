@@ -46,13 +46,14 @@ extern bool redis_store_refuse(RedisResult *r, const char *fmt,...)
 /*
  * rl_attempt_all over keys in different slots of a Cluster
  * (store_redis_xslot.c): reserved slot by slot, then confirmed or
- * cancelled. run_slot runs log_all.lua on the keys of one slot
- * (store_redis_all.c passes its own), with reserve_us > 0 as reservations
- * that end that long after they are made unless confirmed; it is passed
+ * cancelled. run_slot runs log_all.lua or counter_all.lua on the keys of
+ * one slot (store_redis_all.c passes its own), with reserve_us > 0 as
+ * reservations that end that long after they are made unless confirmed
+ * (the counting algorithms' named reserve_id, unique to the call); it is passed
  * rather than called, so that the two files do not depend on each other.
  */
 typedef bool (*RedisRunAll) (int n, const RlArgs *args, int64 reserve_us,
-							 RlOutcome *o, RedisResult *r);
+							 const char *reserve_id, RlOutcome *o, RedisResult *r);
 extern bool redis_store_attempt_xslot(int n, const RlArgs *args, RedisRunAll run_slot,
 									  RlOutcome *o, RedisResult *r);
 

@@ -160,31 +160,42 @@ static const ScriptId counter_scripts[ALGO_COUNT] = {
 
 /*
  * A counting algorithm: ARGV lim, win, cost, then the optional flags ('f'
- * forced, 'p' peek, 'k' under Cluster) and clock (add_flags).
+ * forced, 'p' peek, 'k' under Cluster) and clock (add_flags). Under
+ * Cluster the key's reservations (rl_attempt_all over several slots, see
+ * counter_args.lua) are the third key, and count for attempts and peeks
+ * alike; elsewhere no reservation is ever made, and no third key named.
  */
 static bool
 run_counter_script(const RlArgs *args, bool peek, RlOutcome *o, RedisResult *r)
 {
-	StringInfoData keys[2];
+	StringInfoData keys[3];
 	char		lim[24],
 				win[24],
 				cost[24],
 				now[24];
 	const char *argv[6];
 	int			n;
+	bool		cluster = redis_target_is_cluster();
+	const char *tag = redis_store_tags[args->algorithm];
+	const char *mode;
 
-	redis_store_key(&keys[0], redis_store_tags[args->algorithm], args);
+	redis_store_key(&keys[0], tag, args);
 	redis_store_block_key(&keys[1], args);
+	if (cluster)
+		redis_store_ledger_key(&keys[2], tag, args);
 	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
 	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
 	snprintf(cost, sizeof(cost), INT64_FORMAT, peek ? 1 : args->cost);
 	argv[0] = lim;
 	argv[1] = win;
 	argv[2] = cost;
-	n = add_flags(argv, 3, peek ? "p" : args->force ? "f" : "",
-				  !peek && redis_target_is_cluster(), now, sizeof(now));
-	return run_outcome_script(counter_scripts[args->algorithm], args, peek, 2, keys,
-							  n, argv, o, r);
+	if (cluster)
+		mode = peek ? "pv" : args->force ? "fv" : "v";
+	else
+		mode = peek ? "p" : args->force ? "f" : "";
+	n = add_flags(argv, 3, mode, !peek && cluster, now, sizeof(now));
+	return run_outcome_script(counter_scripts[args->algorithm], args, peek,
+							  cluster ? 3 : 2, keys, n, argv, o, r);
 }
 
 /*
@@ -252,9 +263,9 @@ redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *r)
 bool
 redis_store_reset(const RlArgs *args, RedisResult *r)
 {
-	StringInfoData keys[2 * ALGO_COUNT + 2];
-	const char *argv[2 * ALGO_COUNT + 3];
-	size_t		lens[2 * ALGO_COUNT + 3];
+	StringInfoData keys[2 * ALGO_COUNT + 5];
+	const char *argv[2 * ALGO_COUNT + 6];
+	size_t		lens[2 * ALGO_COUNT + 6];
 	char		why[sizeof(r->message)];
 	int			n = 0;
 
@@ -271,6 +282,10 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 	}
 	redis_store_ledger_key(&keys[n++], redis_store_tags[ALGO_SLIDING_LOG], args);
 	redis_store_ledger_key(&keys[n++], redis_store_tags[ALGO_MULTI_LOG], args);
+	/* the counting algorithms' reservations (counter_args.lua) */
+	redis_store_ledger_key(&keys[n++], redis_store_tags[ALGO_FIXED_WINDOW], args);
+	redis_store_ledger_key(&keys[n++], redis_store_tags[ALGO_SLIDING_COUNTER], args);
+	redis_store_ledger_key(&keys[n++], redis_store_tags[ALGO_TOKEN_BUCKET], args);
 	argv[0] = "DEL";
 	lens[0] = 3;
 	for (int i = 0; i < n; i++)

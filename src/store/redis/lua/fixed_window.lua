@@ -8,6 +8,9 @@ local nxt = math.max(reset, bend)
 local v = redis.call('HMGET', key, 's', 'n')
 local n = 0
 if v[1] and v[1] + 0 == start then n = v[2] + 0 end
+-- n0: the units stored; n adds the live reservations made in this window
+local n0 = n
+if rkey then n = n + held_in(start, math.huge) end
 local ok = n + cost <= lim
 if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then
   local rem = lim - n
@@ -21,7 +24,7 @@ local ttl = math.ceil((reset - now) / 1000) + 1
 -- in the window the key already counts, only the count changes, and the
 -- expiry, set by the window's first call to its end, stands (HSET, not
 -- HINCRBY: the ACL of doc/installing.md has the one, not the other)
-if n > 0 then redis.call('HSET', key, 'n', n + cost)
+if n0 > 0 then redis.call('HSET', key, 'n', n0 + cost)
 else
   redis.call('HSET', key, 's', string.format('%d', start), 'n', ARGV[3])
   redis.call('PEXPIRE', key, string.format('%d', ttl))

@@ -10,6 +10,10 @@ if not s then c, p = 0, 0
 elseif s == start - win then p, c = c, 0
 elseif s < start - win then p, c = 0, 0
 elseif s > start then start = s end
+-- c0, p0: the units stored; c and p add the live reservations made in
+-- the current bucket and in the one before it
+local c0, p0 = c, p
+if rkey then c, p = c + held_in(start, math.huge), p + held_in(start - win, start - 1) end
 local e = now - start
 if e < 0 then e = 0 end
 local est = p * (win - e) / win + c
@@ -56,9 +60,9 @@ end
 local ttl = math.ceil((start + 2 * win - now) / 1000) + 1
 -- in the bucket the key already counts, the units are added and the
 -- expiry, set by the bucket's first call, stands (as in fixed_window)
-if s == start and c > 0 then redis.call('HSET', key, 'c', c + cost)
+if s == start and c0 > 0 then redis.call('HSET', key, 'c', c0 + cost)
 else
-  redis.call('HSET', key, 's', string.format('%d', start), 'c', c + cost, 'p', p)
+  redis.call('HSET', key, 's', string.format('%d', start), 'c', c0 + cost, 'p', p0)
   redis.call('PEXPIRE', key, string.format('%d', ttl))
 end
 keep_block(ttl)

@@ -16,6 +16,10 @@ local function next_token(tt)
 end
 local tat = (redis.call('GET', key) or 0) + 0
 if tat < now then tat = now end
+-- tat0: the state stored; tat adds the live reservations, which take
+-- their tokens when confirmed and do not refill meanwhile
+local tat0 = tat
+if rkey then tat = tat + held_in(-math.huge, math.huge) * t end
 local new = tat + cost * t
 local ok = new - now <= win + 1e-3
 local used = math.ceil((tat - now) / t - 1e-9)
@@ -26,8 +30,9 @@ if mode == 'p' or ((not ok or bend > now) and mode ~= '1') then
   if not ok then retry = math.max(1, math.ceil(new - win - now - 1e-3)) end
   return blocked({ok and 1 or 0, rem, retry, math.ceil(tat), used, -1, next_token(tat)}, bend, now)
 end
-local ttl = string.format('%d', math.ceil((new - now) / 1000) + 1)
-redis.call('SET', key, string.format('%.17g', new), 'PX', ttl)
+local new0 = tat0 + cost * t
+local ttl = string.format('%d', math.ceil((new0 - now) / 1000) + 1)
+redis.call('SET', key, string.format('%.17g', new0), 'PX', ttl)
 keep_block(ttl)
 if ok then
   local rem = math.floor((win - (new - now)) / t + 1e-9)
