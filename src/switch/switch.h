@@ -20,6 +20,9 @@
  *					when calls first fail over, repeated at most once per
  *					slidewin.outage_log_interval, a line when Redis answers
  *					again, and since when it has been unreachable;
+ *	local_batch.c	local batches of a hot sliding_log key: units reserved
+ *					from Redis at once, used from shared memory, the rest
+ *					given back by a worker when the batch ends;
  *	refund.c and its companions: refunds and releases sent at transaction
  *					end, whichever store recorded the entry.
  *
@@ -77,6 +80,7 @@
 
 #include "carry.h"
 #include "deny_cache.h"
+#include "local_batch.h"
 #include "outage.h"
 #include "outage_log.h"
 #include "policy.h"

@@ -1,0 +1,253 @@
+# Local batches (slidewin.local_batch, issue 40): two PostgreSQL servers,
+# both preloading slidewin, share one Redis.
+#  1. Exact: every admission's use is bracketed by two readings of the
+#     server's clock (before and after the call; Redis and both servers
+#     read this host's clock). A call whose bracket lies wholly inside a
+#     window of length win certainly used its unit in that window, so a
+#     window holding more than lim such calls is a real excess (sound: no
+#     false alarm from the brackets' width). Checked for 8 pgbench clients
+#     on each server on one hot key with a limit that binds, and for a
+#     batch whose units are used late in its life on one server while the
+#     other asks Redis after the batch's reserve has left the window (which
+#     a batch scored at its reserve, not at its end, would get wrong).
+#  2. Far fewer Redis calls than admissions when the limit never binds
+#     (the ratio is printed; make bench holds the target).
+#  3. The unused units of a batch go back to Redis within d plus a margin
+#     for the round trip and this loaded machine, by the worker, with no
+#     call on the key; a call after the batch's end asks Redis again.
+#  4. Batches off (the default): a call goes to Redis every time.
+use strict;
+use warnings;
+
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use SlidewinTest;
+
+my $redis = SlidewinTest::start_redis();
+my @conf  = ("shared_preload_libraries = 'slidewin'", 'max_connections = 30');
+my $a_node = SlidewinTest::new_node('batch_a', $redis, \@conf);
+my $b_node = SlidewinTest::new_node('batch_b', $redis, \@conf);
+
+# Scripts Redis has run so far (a NOSCRIPT reply ran nothing).
+sub scripts_run
+{
+	my $n = 0;
+	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
+	{
+		$n += $1 - $2
+		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
+	}
+	return $n;
+}
+
+for my $n ($a_node, $b_node)
+{
+	$n->safe_psql('postgres', 'CREATE UNLOGGED TABLE adm (k text, t0 float8, t1 float8)');
+	# One admission: the clock before and after the call, if admitted.
+	$n->safe_psql('postgres', q{
+		CREATE FUNCTION take(k text, lim bigint, win interval) RETURNS boolean
+		LANGUAGE plpgsql AS $$
+		DECLARE t0 float8 := extract(epoch FROM clock_timestamp()); ok boolean;
+		BEGIN
+		  ok := rl_allow(k, lim, win);
+		  IF ok THEN
+		    INSERT INTO adm VALUES (k, t0, extract(epoch FROM clock_timestamp()));
+		  END IF;
+		  RETURN ok;
+		END $$});
+}
+
+# The most calls of key $k whose brackets lie inside one window of $win
+# seconds, over both servers; and how many were admitted in all.
+sub fullest_window
+{
+	my ($k, $win) = @_;
+	my @c;
+	for my $n ($a_node, $b_node)
+	{
+		for my $row (split /\n/, $n->safe_psql('postgres', "SELECT t0, t1 FROM adm WHERE k = '$k'"))
+		{
+			my ($t0, $t1) = split /\|/, $row;
+			push @c, [ $t0, $t1 ];
+		}
+	}
+	# each window (t - win, t] ends at some call's t1
+	my @by_end = sort { $a->[1] <=> $b->[1] } @c;
+	my $max = 0;
+	for my $i (0 .. $#by_end)
+	{
+		my $t = $by_end[$i][1];
+		my $in = 0;
+		for (my $j = $i; $j >= 0; $j--)
+		{
+			last if $by_end[$j][1] <= $t - $win;
+			$in++ if $by_end[$j][0] > $t - $win;
+		}
+		$max = $in if $in > $max;
+	}
+	return ($max, scalar @c);
+}
+
+# pgbench on both servers at once, with $opts in PGOPTIONS; returns the
+# number of transactions each ran.
+sub bench_both
+{
+	my ($script_body, $opts, $secs, @nodes) = @_;
+	my $dir    = PostgreSQL::Test::Utils::tempdir('pgbench');
+	my $script = "$dir/hot.sql";
+	open(my $fh, '>', $script) or die "cannot write $script: $!";
+	print $fh $script_body;
+	close $fh;
+	local $ENV{PGOPTIONS} = $opts;
+	my @bench;
+	for my $n (@nodes)
+	{
+		my ($out, $err) = ('', '');
+		my @cmd = ('pgbench', '-n', '-c', '8', '-j', '2', '-T', $secs, '-f', $script,
+			'-h', $n->host, '-p', $n->port, 'postgres');
+		push @bench, { node => $n, out => \$out, err => \$err,
+			h => IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err) };
+	}
+	for my $b (@bench)
+	{
+		$b->{h}->finish;
+		is($b->{h}->full_result(0) >> 8, 0, $b->{node}->name . ': pgbench exits 0')
+		  or diag(${ $b->{out} } . ${ $b->{err} });
+	}
+}
+
+# ---------------------------------------------------------------------
+# 1a. A limit that binds: 8 clients on each server, one key
+# ---------------------------------------------------------------------
+{
+	my ($lim, $win) = (40, 0.2);
+	my $before = scripts_run();
+	bench_both(<<"EOS", '-c slidewin.local_batch=10 -c slidewin.local_batch_time=30', 3, $a_node, $b_node);
+\\set s random(1, 20)
+\\sleep :s ms
+SELECT take('hot', $lim, '200 ms');
+EOS
+	my ($max, $n) = fullest_window('hot', $win);
+	note("binding limit: $n admitted on both servers, " . (scripts_run() - $before)
+		  . " Redis calls; fullest window of 200 ms holds $max");
+	cmp_ok($n, '>', 3 * $lim, "the limit bound, and was filled again and again ($n admitted)");
+	cmp_ok($max, '<=', $lim, "no window of 200 ms holds more than $lim admissions ($max)");
+	for my $node ($a_node, $b_node)
+	{
+		cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM adm WHERE k = 'hot'}), '>', 0,
+			$node->name . ' admitted some');
+	}
+}
+
+# ---------------------------------------------------------------------
+# 1b. Units of a batch used late in its life, and the other server after
+# ---------------------------------------------------------------------
+# lim 10, win 1 s, d 600 ms. A reserves 10 at r (one used), uses the other
+# 9 at about r + 0.45 s. B then calls from r + 1.1 s: the batch's entry,
+# scored r + 0.6 s, is still in B's window, so B is denied until the units
+# used at r + 0.45 s could have left it. A batch scored at r would let B
+# take 10 more while A's 9 are in the window.
+{
+	my ($lim, $win) = (10, 1);
+	my $sa = $a_node->background_psql('postgres');
+	$sa->query_safe('SET slidewin.local_batch = 10');
+	$sa->query_safe("SET slidewin.local_batch_time = '600ms'");
+	my $t_r = time;
+	is($sa->query_safe(q{SELECT take('late', 10, '1 second')}), 't', 'A reserves a batch');
+	usleep(450_000);
+	is($sa->query_safe(q{SELECT count(*) FROM generate_series(1, 9) g WHERE take('late', 10 + 0 * g, '1 second')}),
+		'9', 'A uses the other 9 units of its batch, late in its life, with no round trip');
+	$sa->quit;
+	my $wait = $t_r + 1.1 - time;
+	usleep(1_000_000 * $wait) if $wait > 0;
+	# B calls every 10 ms for 0.5 s (batches off on B: each call asks Redis)
+	$b_node->safe_psql('postgres', q{
+		DO $$ BEGIN
+		  FOR i IN 1 .. 50 LOOP PERFORM take('late', 10, '1 second'); PERFORM pg_sleep(0.01); END LOOP;
+		END $$});
+	my ($max, $n) = fullest_window('late', $win);
+	note("late use: $n admitted, fullest window of 1 s holds $max");
+	cmp_ok($max, '<=', $lim, "no window of 1 s holds more than $lim admissions ($max)");
+}
+
+# ---------------------------------------------------------------------
+# 2. A limit that never binds: Redis calls per admission
+# ---------------------------------------------------------------------
+{
+	my $before_calls = scripts_run();
+	my $before_adm   = $a_node->safe_psql('postgres', q{SELECT count(*) FROM adm WHERE k = 'free'});
+	bench_both(<<"EOS", '-c slidewin.local_batch=100 -c slidewin.local_batch_time=20', 2, $a_node);
+SELECT take('free', 1000000000, '1 second');
+EOS
+	my $adm   = $a_node->safe_psql('postgres', q{SELECT count(*) FROM adm WHERE k = 'free'}) - $before_adm;
+	my $calls = scripts_run() - $before_calls;
+	my $ratio = $adm ? $calls / $adm : 1;
+	note(sprintf('limit never binds: %d admissions, %d Redis calls, %.4f calls per admission',
+			$adm, $calls, $ratio));
+	cmp_ok($adm, '>', 100, "8 clients made many admissions ($adm)");
+	cmp_ok($ratio, '<', 0.25, sprintf('far fewer Redis calls than admissions (%.4f per admission)', $ratio));
+}
+
+# ---------------------------------------------------------------------
+# 3. Unused units go back to Redis within d (plus one round trip)
+# ---------------------------------------------------------------------
+{
+	my $d = 0.3;
+	my $sa = $a_node->background_psql('postgres');
+	$sa->query_safe('SET slidewin.local_batch = 50');
+	$sa->query_safe("SET slidewin.local_batch_time = '300ms'");
+	my $t0 = time;
+	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('back', 100, '1 hour')}),
+		't|50', 'a call reserves 50 units; the reserved units count as used');
+	my $mid = $b_node->safe_psql('postgres', q{SELECT used FROM rl_peek('back', 100, '1 hour')});
+	my $t_mid = time - $t0;
+	is($mid, '50', 'while the batch lives, another server sees its 50 units used')
+	  if $t_mid < $d;
+	my $back = SlidewinTest::wait_for('the unused units to go back', sub {
+			$b_node->safe_psql('postgres', q{SELECT used FROM rl_peek('back', 100, '1 hour')}) eq '1';
+		}, 10) - $t0;
+	note(sprintf('unused units back after %.3f s (d = %.3f s)', $back, $d));
+	# wait_for polls every 0.1 s; a worker woken late by a busy machine
+	# gets 0.15 s more
+	cmp_ok($back, '<=', $d + 0.25, sprintf('the 49 unused units were back within d + 0.25 s (%.3f s)', $back));
+
+	# after the batch's end, a call asks Redis again
+	my $calls = scripts_run();
+	is($sa->query_safe(q{SELECT allowed FROM rl_attempt('back', 100, '1 hour')}), 't',
+		'a call after the batch ended is admitted');
+	cmp_ok(scripts_run() - $calls, '>=', 1, 'and asked Redis (a new batch)');
+
+	# within a live batch, calls on this server do not
+	$calls = scripts_run();
+	is($sa->query_safe(q{SELECT count(*) FROM generate_series(1, 20) g WHERE rl_allow('back', 100 + 0 * g, '1 hour')}),
+		'20', '20 more calls admitted');
+	is(scripts_run() - $calls, 0, 'from the live batch, with no Redis call');
+	$sa->quit;
+}
+
+# ---------------------------------------------------------------------
+# 4. Batches off, the default: every call asks Redis
+# ---------------------------------------------------------------------
+{
+	my $calls = scripts_run();
+	is($a_node->safe_psql('postgres', q{SELECT count(*) FROM generate_series(1, 20) g WHERE rl_allow('off', 100 + 0 * g, '1 hour')}),
+		'20', 'batches off: 20 calls admitted');
+	is(scripts_run() - $calls, 20, 'one Redis call each');
+	is($b_node->safe_psql('postgres', q{SELECT used FROM rl_peek('off', 100, '1 hour')}), '20',
+		'and the log counts exactly 20');
+	is($a_node->safe_psql('postgres', q{SHOW slidewin.local_batch}), '0', 'slidewin.local_batch is 0 by default');
+}
+
+# Bad settings are refused, naming the setting.
+{
+	my ($ret, $out, $err) = $a_node->psql('postgres', 'SET slidewin.local_batch = -1');
+	like($err, qr/-1 is outside the valid range for parameter "slidewin.local_batch"/, 'a negative batch is refused');
+	($ret, $out, $err) = $a_node->psql('postgres', q{SET slidewin.local_batch_time = '0'});
+	like($err, qr/outside the valid range for parameter "slidewin.local_batch_time"/, 'a batch time of 0 is refused');
+}
+
+$a_node->stop;
+$b_node->stop;
+done_testing();
