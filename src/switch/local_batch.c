@@ -60,11 +60,12 @@
 #include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
-#include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "local_batch.h"
 #include "settings.h"
+#include "scripts.h"
 #include "shmem_parts.h"
 #include "store_redis.h"
 
@@ -446,19 +447,17 @@ end_batches(void)
 void
 slidewin_batch_worker_main(Datum arg)
 {
-	MemoryContext pass;
-
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	pass = AllocSetContextCreate(TopMemoryContext, "slidewin local batch worker",
-								 ALLOCSET_DEFAULT_SIZES);
+	/* the scripts' SHA1s are computed once, under a resource owner */
+	CurrentResourceOwner = ResourceOwnerCreate(NULL, "slidewin local batch worker");
+	scripts_prepare();
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	shared->worker_latch = MyLatch;
 	LWLockRelease(shared->lock);
 	for (;;)
 	{
-		MemoryContext old;
 		long		sleep_ms;
 
 		ResetLatch(MyLatch);
@@ -468,10 +467,8 @@ slidewin_batch_worker_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		old = MemoryContextSwitchTo(pass);
+		/* allocates nothing: the refund is built on the stack */
 		sleep_ms = end_batches();
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(pass);
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | (sleep_ms >= 0 ? WL_TIMEOUT : 0),
 						 sleep_ms, PG_WAIT_EXTENSION);
