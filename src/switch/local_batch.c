@@ -18,7 +18,9 @@
  * The rules this file keeps:
  *
  *	1. A unit is taken from a batch only before the batch's local deadline:
- *	   the time the reserve was sent, on this server's clock, plus d. Redis
+ *	   the time the reserve was sent, on the monotonic clock (shared by
+ *	   every process of the host; a step of the wall clock cannot stretch
+ *	   a batch), plus d. Redis
  *	   ran the script after it was sent, so every such use comes before
  *	   r + d. The deadline is read under the table's lock, in the same hold
  *	   that takes the units.
@@ -89,7 +91,7 @@ typedef struct BatchSlot
 	uint32		target;			/* hash of slidewin.redis_url */
 	int64		lim;
 	int64		win_us;
-	TimestampTz deadline;		/* sent + d, on this server's clock */
+	int64		deadline;		/* sent + d, on the monotonic clock (us) */
 	int64		score;			/* the entry's score in the log (r + d) */
 	int64		taken;			/* the entry's units */
 	int64		left;			/* units not used yet */
@@ -110,6 +112,16 @@ typedef struct BatchShared
 } BatchShared;
 
 static BatchShared *shared = NULL;
+
+/* The clock deadlines are kept on, in microseconds. */
+static int64
+mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64) ts.tv_sec * USECS_PER_SEC + ts.tv_nsec / 1000;
+}
 
 PGDLLEXPORT void slidewin_batch_worker_main(Datum arg);
 
@@ -248,7 +260,7 @@ local_batch_take(const RlArgs *args, RlOutcome *o)
 		if (s->state != SLOT_LIVE || s->left < args->cost || !slot_matches(s, args, &k))
 			continue;
 		/* rule 1: the deadline is read in the hold that takes the units */
-		if (GetCurrentTimestamp() >= s->deadline)
+		if (mono_us() >= s->deadline)
 			continue;
 		s->left -= args->cost;
 		outcome_from(s, args, o);
@@ -277,14 +289,14 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 {
 	int64		want = Min((int64) slidewin_local_batch, args->lim);
 	int64		d_us = (int64) slidewin_local_batch_time * 1000;
-	TimestampTz sent;
+	int64		sent;
 	int64		taken;
 	BatchKey	k;
 	int			free_slot = -1;
 	Latch	   *wake = NULL;
 
 	/* rule 1: taken before the request leaves, so never after Redis's r */
-	sent = GetCurrentTimestamp();
+	sent = mono_us();
 	if (!redis_store_batch_attempt(args, want, d_us, o, &taken, r))
 		return false;
 	/* the call's own entry is the batch's: no ticket, no refund on abort */
@@ -378,8 +390,8 @@ local_batch_end_key(const RlArgs *args)
 static long
 end_batches(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz next = 0;
+	int64		now = mono_us();
+	int64		next = 0;
 	uint32		target = target_hash();
 
 	for (int i = 0; i < BATCH_SLOTS; i++)
@@ -416,7 +428,7 @@ end_batches(void)
 		}
 		else
 		{
-			TimestampTz retry = TimestampTzPlusMilliseconds(now, BATCH_RETRY_MS);
+			int64		retry = now + BATCH_RETRY_MS * 1000;
 
 			if (next == 0 || retry < next)
 				next = retry;
@@ -440,7 +452,7 @@ end_batches(void)
 	LWLockRelease(shared->lock);
 	if (next == 0)
 		return -1;
-	now = GetCurrentTimestamp();
+	now = mono_us();
 	return next > now ? (long) ((next - now + 999) / 1000) : 0;
 }
 
