@@ -295,6 +295,19 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	int			free_slot = -1;
 	Latch	   *wake = NULL;
 
+	/*
+	 * With the table full (batches not yet given back), the call goes to
+	 * Redis alone, rather than reserve a batch only to give it back.
+	 */
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < BATCH_SLOTS && free_slot < 0; i++)
+		if (shared->slots[i].state == SLOT_FREE)
+			free_slot = i;
+	LWLockRelease(shared->lock);
+	if (free_slot < 0)
+		return redis_store_attempt(args, o, r);
+	free_slot = -1;
+
 	/* rule 1: taken before the request leaves, so never after Redis's r */
 	sent = mono_us();
 	if (!redis_store_batch_attempt(args, want, d_us, o, &taken, r))
