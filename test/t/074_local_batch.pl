@@ -15,6 +15,7 @@
 #  3. The unused units of a batch go back to Redis within d plus a margin
 #     for the round trip and this loaded machine, by the worker, with no
 #     call on the key; a call after the batch's end asks Redis again.
+#     rl_block and rl_reset end this server's batches of the key at once.
 #  4. Batches off (the default): a call goes to Redis every time.
 use strict;
 use warnings;
@@ -233,6 +234,9 @@ EOS
 	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('back', 100, '1 hour')}), 't|49',
 		'a call after the batch ended is admitted: a new batch, of the 50 units left');
 	cmp_ok(scripts_run() - $calls, '>=', 1, 'it asked Redis');
+	# that batch's 49 unused units go back too (a Redis call of the worker's,
+	# which must not fall into the count below)
+	isnt($sb->query_safe(q{SELECT back_at('back', 98)}), '', 'and its unused units went back');
 	$sa->quit;
 	$sb->quit;
 
@@ -248,6 +252,27 @@ EOS
 	my $n_calls = scripts_run() - $calls;
 	is($n_calls, 1, 'one Redis call for the 20 (the batch): the rest came from the live batch')
 	  if time - $t1 < 5;
+	$sa->quit;
+}
+
+# ---------------------------------------------------------------------
+# 3b. rl_block and rl_reset end this server's batches of the key at once
+# ---------------------------------------------------------------------
+{
+	my $sa = $a_node->background_psql('postgres');
+	$sa->query_safe('SET slidewin.local_batch = 50');
+	$sa->query_safe("SET slidewin.local_batch_time = '5s'");
+	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('blk', 100, '1 hour')}), 't|50',
+		'a batch of 50 reserved (it lives 5 s)');
+	$a_node->safe_psql('postgres', q{SELECT rl_block('blk', '1 hour')});
+	is($sa->query_safe(q{SELECT allowed FROM rl_attempt('blk', 100, '1 hour')}), 'f',
+		'a block from another session of the server denies the next call, batch or not');
+
+	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('rst', 100, '1 hour')}), 't|50',
+		'a batch of 50 reserved on another key');
+	$a_node->safe_psql('postgres', q{SELECT rl_reset('rst')});
+	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('rst', 100, '1 hour')}), 't|50',
+		'after rl_reset, the next call reserves anew from an empty log');
 	$sa->quit;
 }
 
