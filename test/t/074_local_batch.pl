@@ -273,6 +273,8 @@ EOS
 	$a_node->safe_psql('postgres', q{SELECT rl_reset('rst')});
 	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('rst', 100, '1 hour')}), 't|50',
 		'after rl_reset, the next call reserves anew from an empty log');
+	is($b_node->safe_psql('postgres', q{SELECT remaining FROM rl_peek('rst', 100, '1 hour')}), '50',
+		'and Redis counts it (a call served from the batch the reset emptied would not be counted)');
 	$sa->quit;
 }
 
