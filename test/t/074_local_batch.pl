@@ -17,6 +17,9 @@
 #     call on the key; a call after the batch's end asks Redis again.
 #     rl_block and rl_reset end this server's batches of the key at once.
 #  4. Batches off (the default): a call goes to Redis every time.
+#  5. A reserve's reply is checked (a fake Redis): the units it says it took
+#     lie between the call's cost and the batch asked for, and agree with
+#     the rest of the reply.
 use strict;
 use warnings;
 
@@ -25,6 +28,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 use SlidewinTest;
+use FakeRedis;
 
 my $redis = SlidewinTest::start_redis();
 my @conf  = ("shared_preload_libraries = 'slidewin'", 'max_connections = 30');
@@ -289,6 +293,40 @@ EOS
 	is($b_node->safe_psql('postgres', q{SELECT 100 - remaining FROM rl_peek('off', 100, '1 hour')}), '20',
 		'and the log counts exactly 20');
 	is($a_node->safe_psql('postgres', q{SHOW slidewin.local_batch}), '0', 'slidewin.local_batch is 0 by default');
+}
+
+# ---------------------------------------------------------------------
+# 5. The reply to a reserve is checked: a fake Redis (a session's own URL)
+# ---------------------------------------------------------------------
+{
+	my $fake = FakeRedis->start;
+	my $s = $a_node->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe('\set VERBOSITY verbose');
+	$s->query_safe('SET slidewin.redis_url = ' . "'redis://127.0.0.1:" . $fake->port . "'");
+	$s->query_safe('SET slidewin.redis_retry_interval = 0');
+	$s->query_safe('SET slidewin.local_batch = 50');
+	my $ts  = 1_900_000_000_000_000;
+	my $win = 3_600_000_000;
+	my $call = q{SELECT (r).allowed, (r).remaining FROM rl_attempt('fk', 100, '1 hour', 1, 'error') r};
+	for my $case (
+		[ 'more units than asked for', FakeRedis::ints(49, $ts, $ts + $win, 51),
+			qr/The units a local batch took must be an integer between 1 and 50\./ ],
+		[ 'fewer units than the call costs', FakeRedis::ints(100, $ts, $ts + $win, 0),
+			qr/The units a local batch took must be an integer between 1 and 50\./ ],
+		[ 'the short form of a single admission', FakeRedis::ints(99, $ts, $ts + $win),
+			qr/The reply to a local batch's admission has 3 elements, not 4\./ ],
+		[ 'units taken at odds with remaining', FakeRedis::ints(90, $ts, $ts + $win, 50),
+			qr/Field "used" of the sliding_log attempt reply is 10, but it must include the 50 units recorded\./ ])
+	{
+		my ($name, $reply, $why) = @$case;
+		$fake->script($reply);
+		my ($out, $err) = SlidewinTest::session_sql($s, $call);
+		is(SlidewinTest::sqlstate($err), '08P01', "a reserve answered with $name is refused");
+		like($err, $why, "... naming why ($name)");
+	}
+	$fake->script(FakeRedis::ints(50, $ts, $ts + $win, 50));
+	is($s->query_safe($call), 't|50', 'a well-formed reserve of 50 units is believed');
+	$s->quit;
 }
 
 # Bad settings are refused, naming the setting.
