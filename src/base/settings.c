@@ -40,6 +40,8 @@ int			slidewin_standby_fallback = POLICY_ERROR;
 bool		slidewin_outage_exact = true;
 int			slidewin_outage_keys = 4096;
 bool		slidewin_deny_cache = true;
+int			slidewin_local_batch = 0;
+int			slidewin_local_batch_time = 20;
 bool		slidewin_refund_on_abort = false;
 int			slidewin_refund_confirm_timeout = 50;
 int			slidewin_outage_log_interval = 60000;
@@ -376,6 +378,29 @@ settings_define(const SettingsHooks *hooks)
 							&slidewin_refund_confirm_timeout,
 							50, 0, 60000,
 							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/*
+	 * Userset: a batch never admits over the limit (doc/semantics.md,
+	 * "Local batches"), so a tenant gains nothing by choosing its own.
+	 */
+	DefineCustomIntVariable("slidewin.local_batch",
+							gettext_noop("Most units a sliding_log call reserves from Redis at once, for this server's backends to use without a round trip (0: off)."),
+							gettext_noop("Needs shared_preload_libraries = 'slidewin'; without it, and under "
+										 "Redis Cluster or slidewin.test_now, batches are off."),
+							&slidewin_local_batch,
+							0, 0, 1000000,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("slidewin.local_batch_time",
+							gettext_noop("How long a local batch may be used; Redis counts its units until a window after its end."),
+							NULL,
+							&slidewin_local_batch_time,
+							20, 1, 10000,
+							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

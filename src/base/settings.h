@@ -70,6 +70,8 @@ extern int	slidewin_standby_fallback;
 extern bool slidewin_outage_exact;
 extern int	slidewin_outage_keys;
 extern bool slidewin_deny_cache;
+extern int	slidewin_local_batch;	/* units; 0: off */
+extern int	slidewin_local_batch_time;	/* ms */
 extern bool slidewin_refund_on_abort;
 extern int	slidewin_refund_confirm_timeout;	/* ms */
 extern int	slidewin_outage_log_interval;	/* ms; 0: never repeat */

@@ -77,6 +77,8 @@ slidewin_block(PG_FUNCTION_ARGS)
 	/* a window's bounds: more than zero, at most 3650 days, no months */
 	limit_set_win(PG_GETARG_INTERVAL_P(1), "duration", &dur);
 
+	/* this server's batches of the key take no more units (local_batch.c) */
+	local_batch_end_key(&args);
 	tried = policy_redis_may_be_tried(&r);
 	if (tried)
 		ok = redis_store_block(&args, dur.win_us, &end_us, &r);

@@ -121,6 +121,7 @@ _PG_init(void)
 	outage_init();
 	outage_log_init();
 	fallback_carry_init();
+	local_batch_init();
 }
 
 /* ---------------------------------------------------------------------
@@ -349,6 +350,7 @@ slidewin_reset(PG_FUNCTION_ARGS)
 		fallback_reset(&args);
 		outage_forget(&args);
 	}
+	local_batch_end_key(&args);
 	if (policy_redis_may_be_tried(&r))
 	{
 		done = redis_store_reset(&args, &r);

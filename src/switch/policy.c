@@ -23,6 +23,7 @@
 #include "deny_cache.h"
 #include "fallback.h"
 #include "fallback_all.h"
+#include "local_batch.h"
 #include "misconf.h"
 #include "outage.h"
 #include "outage_log.h"
@@ -167,10 +168,23 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 {
 	RedisResult r;
 
+	/*
+	 * A call that may use a local batch takes its units from a live one of
+	 * its key, or asks Redis for one (local_batch.c). The units of a live
+	 * batch were counted by Redis, whether it answers now or not.
+	 */
+	if (redis_op == redis_store_attempt && local_batch_applies(args))
+	{
+		if (local_batch_take(args, o))
+			return;
+		redis_op = local_batch_reserve;
+	}
+
 	if (policy_redis_may_be_tried(&r))
 	{
 		int64		asked_at = outage_clock();
-		bool		decides = (redis_op == redis_store_attempt);
+		bool		decides = (redis_op == redis_store_attempt ||
+							   redis_op == local_batch_reserve);
 
 		/*
 		 * The fallback store's admissions of the key reach Redis before

@@ -20,6 +20,9 @@
  *					when calls first fail over, repeated at most once per
  *					slidewin.outage_log_interval, a line when Redis answers
  *					again, and since when it has been unreachable;
+ *	local_batch.c	local batches of a hot sliding_log key: units reserved
+ *					from Redis at once, used from shared memory, the rest
+ *					given back by a worker when the batch ends;
  *	refund.c and its companions: refunds and releases sent at transaction
  *					end, whichever store recorded the entry.
  *
@@ -67,6 +70,14 @@
  *	   fallback store wrote for Redis to learn of comes back to the switch in
  *	   RlOutcome.carry_units, and the switch waits for it (fb_pending).
  *
+ *	7. A local batch (local_batch.c) is Redis's answer, kept: its units
+ *	   were counted by Redis as one entry scored at the batch's end, so a
+ *	   call may take one until the batch's local deadline whether Redis
+ *	   answers now or not, and no batch is made while Redis cannot answer.
+ *	   A call served from a batch records nothing of its own and is not
+ *	   remembered in the outage memory, whose last answer from Redis
+ *	   already counts the whole batch.
+ *
  * doc/failure-modes.md gives the bounds these rules keep, and
  * doc/architecture.md where this module sits in the house.
  *
@@ -77,6 +88,7 @@
 
 #include "carry.h"
 #include "deny_cache.h"
+#include "local_batch.h"
 #include "outage.h"
 #include "outage_log.h"
 #include "policy.h"

@@ -65,6 +65,18 @@ extern bool redis_store_refund_imported(const RlArgs *args, const char *import_i
 										RedisResult *r);
 extern RefundVerdict redis_store_refund_verdict(const redisReply *reply);
 extern void redis_store_refund_describe(const redisReply *reply, char *buf, size_t size);
+/*
+ * Local batches (switch/local_batch.c, store_redis_batch.c): reserve up to
+ * want units of a sliding log (at least args->cost) as one entry scored
+ * ahead_us after Redis's now, *taken the units reserved (0: denied, as a
+ * call of args->cost units); and give back part of such an entry, named by
+ * its Redis keys. False when Redis cannot answer now, as above.
+ */
+extern bool redis_store_batch_attempt(const RlArgs *args, int64 want, int64 ahead_us,
+									  RlOutcome *o, int64 *taken, RedisResult *r);
+extern bool redis_store_refund_part(const char *rkey, int rkeylen, const char *lkey,
+									int lkeylen, int64 ts, int64 cost, int64 part,
+									int64 win_us, bool *given, RedisResult *r);
 /* The Redis keys of a user key's log and of its ledger of refunds (palloc'd). */
 extern void redis_store_log_keys(const RlArgs *args, char **log, int *loglen,
 								 char **ledger, int *ledgerlen);

@@ -42,6 +42,13 @@ extern bool redis_store_settle(RedisResult *r);
 extern bool redis_store_refuse(RedisResult *r, const char *fmt,...)
 			pg_attribute_printf(2, 3);
 
+/*
+ * Turn the reply to an outcome script for args (an attempt, or a peek) into
+ * *o, or refuse it (false, RS_FAIL_PROTOCOL) if it is not one that script
+ * could have given (reply_check.c). Frees the reply.
+ */
+extern bool redis_store_read_outcome(RedisResult *r, const RlArgs *args, bool peek,
+									 RlOutcome *o);
 
 /*
  * rl_attempt_all over keys in different slots of a Cluster

@@ -21,8 +21,8 @@
  * is not one the script for args could have given (reply_check.c). Frees the
  * reply.
  */
-static bool
-read_outcome(RedisResult *r, const RlArgs *args, bool peek, RlOutcome *o)
+bool
+redis_store_read_outcome(RedisResult *r, const RlArgs *args, bool peek, RlOutcome *o)
 {
 	int64		v[RF_COUNT];
 	char		why[sizeof(r->message)];
@@ -92,7 +92,7 @@ run_outcome_script(ScriptId id, const RlArgs *args, bool peek,
 		pfree(keys[i].data);
 	if (!redis_store_settle(r))
 		return false;
-	return read_outcome(r, args, peek, o);
+	return redis_store_read_outcome(r, args, peek, o);
 }
 
 /*

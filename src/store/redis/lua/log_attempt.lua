@@ -20,13 +20,23 @@ on a blocked key, allowed = 2 (see blocked). A call admitted on a key not
 blocked returns only {remaining, recorded, next_us}: the rest follows
 (allowed 1, retry_after 0, reset_at recorded + win, used lim - remaining,
 stable 0), and a reply of eight numbers costs Redis about 3 % more of the
-call. ]]
+call.
+
+A local batch (flag 'b', src/switch/local_batch.c; never with 'f'): ARGV[6]
+ahead (us) and ARGV[7] least; cost is the most units asked for. The call
+takes min(cost, what the window has left) units, but never fewer than
+least (the cost of the call that asks), and records them as one entry
+scored ahead after now: the latest time at which any of them may be used,
+so that every window that can hold one of their uses counts them all. With
+less than least left it is denied as a call of least units would be. An
+admission answers {remaining, recorded, next_us, taken}. ]]
 
 local key = KEYS[1]
 local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
-local flags, force = ARGV[4], false
+local flags, force, ahead = ARGV[4], false, nil
 if flags and flags ~= '' then
   force = string.find(flags, 'f', 1, true) ~= nil
+  if string.find(flags, 'b', 1, true) then ahead = ARGV[6] + 0 end
   if string.find(flags, 'k', 1, true) then keep = KEYS[2]; bkeep = KEYS[3] end
 end
 local now = clock(ARGV[5])
@@ -38,6 +48,11 @@ if lk then rt, rlast = ledger_newest(lk, rb) end
 local used = total - base - (rt - rb)
 local nxt = next_free(key, lk, r0, base, rb, used, win)
 if nxt and bend > nxt then nxt = bend end
+if ahead then
+  local least = ARGV[7] + 0
+  if bend > now or lim - used < least then cost = least
+  elseif lim - used < cost then cost = lim - used end
+end
 local ok = used + cost <= lim
 local retry, rem = 0, lim - used - cost
 if not ok or bend > now then
@@ -62,11 +77,14 @@ if not ok or bend > now then
   end
   rem = 0
 end
-local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, win)
+local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, win, ahead)
 -- nothing was in the window: this call's entry is the oldest
 if not nxt then nxt = math.max(ts + win, bend) end
 -- admitted (most calls): the three fields the others follow from
-if ok and bend <= now then return {rem, ts, nxt} end
+if ok and bend <= now then
+  if ahead then return {rem, ts, nxt, cost} end
+  return {rem, ts, nxt}
+end
 local r = blocked({ok and 1 or 0, rem, retry, ts + win, used + cost, ts, 0}, bend, now)
 r[8] = nxt
 return r

@@ -14,4 +14,5 @@ gives back once. Returns 1 if units were given back, 0 if there was nothing
 to give back. ]]
 
 if ts <= now - win then return 0 end
-return give_back(key, lk, tsa, cost)
+if part and (part < 1 or part > cost) then return 0 end
+return give_back(key, lk, tsa, cost, part)

@@ -12,3 +12,4 @@ if not sc then return 0 end
 local tsa = fmt(sc - ARGV[3])
 local ts, cost, win = tonumber(tsa), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = clock(ARGV[4])
+local part = nil

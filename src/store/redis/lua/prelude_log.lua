@@ -18,11 +18,14 @@ local function ledger_newest(lk, rb)
   if n[1] and n[2] ~= '-inf' then return tonumber(n[1]), tonumber(n[2]) end
   return rb, nil
 end
--- Give back the units of the log entry scored tsa (a string, as recorded)
--- of `cost` units, by adding it to the ledger lk (see log_refund_body.lua).
--- Returns 1, or 0 when there is nothing to give back: the entry is gone,
--- holds another cost, or was given back already (so twice gives back once).
-local function give_back(key, lk, tsa, cost)
+-- Give back `part` (default: all) of the units of the log entry scored tsa
+-- (a string, as recorded) of `cost` units, by adding it to the ledger lk
+-- (see log_refund_body.lua). A part is what a local batch (see
+-- log_attempt.lua) did not use. Returns 1, or 0 when there is nothing to
+-- give back: the entry is gone, holds another cost, or was given back
+-- already, in whole or in part (so twice gives back once).
+local function give_back(key, lk, tsa, cost, part)
+  part = part or cost
   local e = redis.call('ZRANGEBYSCORE', key, tsa, tsa)
   if not e[1] then return 0 end
   local p = redis.call('ZREVRANGEBYSCORE', key, '(' .. tsa, '-inf', 'LIMIT', '0', '1')
@@ -36,9 +39,9 @@ local function give_back(key, lk, tsa, cost)
   local later = redis.call('ZRANGEBYSCORE', lk, '(' .. tsa, '(+inf', 'WITHSCORES')
   for i = #later - 1, 1, -2 do
     redis.call('ZREM', lk, later[i])
-    redis.call('ZADD', lk, later[i + 1], tonumber(later[i]) + cost)
+    redis.call('ZADD', lk, later[i + 1], tonumber(later[i]) + part)
   end
-  redis.call('ZADD', lk, tsa, r + cost)
+  redis.call('ZADD', lk, tsa, r + part)
   local ttl = redis.call('PTTL', key)
   if ttl > 0 then redis.call('PEXPIRE', lk, ttl) end
   return 1
@@ -150,11 +153,13 @@ local function newest(key, base)
   if n[1] and n[2] ~= '-inf' then return n[1] + 0, n[2] + 0 end
   return base, nil
 end
--- Record cost units now (or 1 us after the newest entry); returns the score.
--- The key expires when its newest entry leaves the window, on the clock
--- that scored it, even if that entry is ahead of now.
-local function record(key, lk, now, last_ts, total, base, r0, rb, cost, win)
+-- Record cost units now, or `ahead` us after now (a local batch, see
+-- log_attempt.lua), or 1 us after the newest entry if that is later;
+-- returns the score. The key expires when its newest entry leaves the
+-- window, on the clock that scored it, even if that entry is ahead of now.
+local function record(key, lk, now, last_ts, total, base, r0, rb, cost, win, ahead)
   local ts = now
+  if ahead then ts = now + ahead end
   if last_ts and ts <= last_ts then ts = last_ts + 1 end
   if total == base then
     if base > 0 then redis.call('DEL', key) end

@@ -1,0 +1,144 @@
+/*-------------------------------------------------------------------------
+ *
+ * store_redis_batch.c
+ *		The Redis store's side of local batches (switch/local_batch.c): the
+ *		attempt that reserves a batch as one entry of the key's sliding log,
+ *		scored at the batch's end, and the refund of the part of that entry
+ *		the batch did not use.
+ *
+ * Where batches are kept, who may take from them and when they end is the
+ * switch's business; this file only formats the two script calls and
+ * checks their replies.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "store_redis.h"
+#include "store_redis_int.h"
+
+/*
+ * Reserve up to want units (at least args->cost) of args' sliding log as
+ * one entry scored ahead_us after Redis's now (log_attempt.lua, flag 'b').
+ * True with *o filled in, as an attempt of *taken units; *taken is 0 on a
+ * denial, which is the denial a call of args->cost units would get. False
+ * when Redis cannot answer now, or answered what the script could not have.
+ */
+bool
+redis_store_batch_attempt(const RlArgs *args, int64 want, int64 ahead_us,
+						  RlOutcome *o, int64 *taken, RedisResult *r)
+{
+	StringInfoData keys[3];
+	const char *k[3];
+	size_t		klens[3];
+	char		lim[24],
+				win[24],
+				most[24],
+				ahead[24],
+				least[24];
+	const char *argv[7];
+	RlArgs		judged = *args;
+	redisReply *rep;
+
+	Assert(args->algorithm == ALGO_SLIDING_LOG && !args->force);
+	Assert(want >= args->cost && ahead_us > 0);
+	redis_store_key(&keys[0], "log", args);
+	redis_store_ledger_key(&keys[1], "log", args);
+	redis_store_block_key(&keys[2], args);
+	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
+	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
+	snprintf(most, sizeof(most), INT64_FORMAT, want);
+	snprintf(ahead, sizeof(ahead), INT64_FORMAT, ahead_us);
+	snprintf(least, sizeof(least), INT64_FORMAT, args->cost);
+	argv[0] = lim;
+	argv[1] = win;
+	argv[2] = most;
+	/* batches are off under Redis Cluster and the test clock */
+	argv[3] = "b";
+	argv[4] = "";
+	argv[5] = ahead;
+	argv[6] = least;
+	for (int i = 0; i < 3; i++)
+	{
+		k[i] = keys[i].data;
+		klens[i] = keys[i].len;
+	}
+	script_run(SCRIPT_LOG_ATTEMPT, 3, k, klens, 7, argv, r);
+	for (int i = 0; i < 3; i++)
+		pfree(keys[i].data);
+	if (!redis_store_settle(r))
+		return false;
+
+	/*
+	 * An admission answers four numbers: the three of an ordinary one, then
+	 * the units taken. Once those are known to lie between the call's cost
+	 * and want, the first three are checked as the reply to an attempt of
+	 * that many units; any other reply is checked as one to the call alone,
+	 * and must be a denial.
+	 */
+	rep = r->reply;
+	*taken = 0;
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 4)
+	{
+		redisReply *t = rep->element[3];
+
+		if (t->type != REDIS_REPLY_INTEGER || t->integer < args->cost || t->integer > want)
+			return redis_store_refuse(r, "The units a local batch took must be an integer between %lld and %lld.",
+									  (long long) args->cost, (long long) want);
+		judged.cost = t->integer;
+		freeReplyObject(t);
+		rep->element[3] = NULL;
+		rep->elements = 3;
+	}
+	else if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3)
+		return redis_store_refuse(r, "The reply to a local batch's admission has 3 elements, not 4.");
+	if (!redis_store_read_outcome(r, &judged, false, o))
+		return false;
+	if (o->allowed)
+		*taken = judged.cost;
+	return true;
+}
+
+/*
+ * Give back part of the units of the entry (ts, cost) of a sliding log,
+ * named by its Redis keys, now (no test clock: batches are off under it).
+ * True with *given set when Redis answered; false when it could not answer
+ * now, or answered what the refund script could not have.
+ */
+bool
+redis_store_refund_part(const char *rkey, int rkeylen, const char *lkey, int lkeylen,
+						int64 ts, int64 cost, int64 part, int64 win_us,
+						bool *given, RedisResult *r)
+{
+	char		tsbuf[24],
+				costbuf[24],
+				winbuf[24],
+				partbuf[24];
+	const char *args[5] = {tsbuf, costbuf, winbuf, "", partbuf};
+	const char *keys[2] = {rkey, lkey};
+	size_t		keylens[2] = {rkeylen, lkeylen};
+	char		why[sizeof(r->message)];
+
+	snprintf(tsbuf, sizeof(tsbuf), INT64_FORMAT, ts);
+	snprintf(costbuf, sizeof(costbuf), INT64_FORMAT, cost);
+	snprintf(winbuf, sizeof(winbuf), INT64_FORMAT, win_us);
+	snprintf(partbuf, sizeof(partbuf), INT64_FORMAT, part);
+	script_run(SCRIPT_LOG_REFUND, 2, keys, keylens, 5, args, r);
+	if (!redis_store_settle(r))
+		return false;
+	switch (reply_refund_verdict(r->reply))
+	{
+		case REFUND_GIVEN:
+			*given = true;
+			break;
+		case REFUND_NOTHING:
+			*given = false;
+			break;
+		default:
+			reply_refund_describe(r->reply, why, sizeof(why));
+			return redis_store_refuse(r, "%s", why);
+	}
+	freeReplyObject(r->reply);
+	r->reply = NULL;
+	return true;
+}

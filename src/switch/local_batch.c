@@ -1,0 +1,501 @@
+/*-------------------------------------------------------------------------
+ *
+ * local_batch.c
+ *		Local batches (slidewin.local_batch, slidewin.local_batch_time): a
+ *		sliding_log call on a hot key reserves several units from Redis at
+ *		once, and this server's backends use them from shared memory, with
+ *		no round trip, until the batch ends.
+ *
+ * Why this stays exact (doc/semantics.md, "Local batches", gives the whole
+ * argument). A batch of n units that Redis reserves at its time r for d
+ * is recorded as one entry of weight n scored r + d: the latest time at
+ * which any of its units may be used. Every window that can hold a use of
+ * one of them holds r + d or ends after it, and Redis counts an entry in
+ * every window check from the moment it is written until it leaves the
+ * window (a score ahead of now included), so the usual sliding-log bound
+ * holds with each unit counted at r + d instead of its real use.
+ *
+ * The rules this file keeps:
+ *
+ *	1. A unit is taken from a batch only before the batch's local deadline:
+ *	   the time the reserve was sent, on the monotonic clock (shared by
+ *	   every process of the host; a step of the wall clock cannot stretch
+ *	   a batch), plus d. Redis
+ *	   ran the script after it was sent, so every such use comes before
+ *	   r + d. The deadline is read under the table's lock, in the same hold
+ *	   that takes the units.
+ *
+ *	2. The units a batch did not use go back to Redis once its deadline has
+ *	   passed, as a partial refund of its entry (log_refund.lua), sent by
+ *	   the worker of this file, which wakes at the earliest deadline. A
+ *	   slot in the worker's hands (SLOT_ENDING) is never taken from. If the
+ *	   refund cannot be sent, the units stay counted until the entry leaves
+ *	   the window: the error denies, never admits.
+ *
+ *	3. A batch is never asked for more than slidewin.local_batch units nor
+ *	   more than the limit; Redis gives the window's rest when it has fewer
+ *	   left, down to the call's own cost, and denies as it would deny the
+ *	   call alone below that. A batch never denies what the call alone would
+ *	   have been admitted.
+ *
+ *	4. Batches are off without shared_preload_libraries, under Redis
+ *	   Cluster, under slidewin.test_now, in shadow mode, and for every
+ *	   algorithm but sliding_log. A call served from a batch records no
+ *	   entry of its own: it has no ticket and no refund on abort.
+ *
+ * The table is small and fixed (BATCH_SLOTS); when it is full, a call goes
+ * to Redis as if batches were off. One LWLock guards it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+
+#include "local_batch.h"
+#include "settings.h"
+#include "scripts.h"
+#include "shmem_parts.h"
+#include "store_redis.h"
+
+#define BATCH_SLOTS 32
+/* room for a log key and its ledger key (a key, its prefix and tags) */
+#define BATCH_KEY_BYTES 2560
+/* how soon the worker tries again a refund Redis could not take */
+#define BATCH_RETRY_MS 100
+
+typedef enum SlotState
+{
+	SLOT_FREE = 0,
+	SLOT_LIVE,					/* may be taken from until its deadline */
+	SLOT_ENDING					/* the worker is giving its rest back */
+} SlotState;
+
+typedef struct BatchSlot
+{
+	SlotState	state;
+	uint32		hash;			/* of the log key, lim, win and target */
+	uint32		target;			/* hash of slidewin.redis_url */
+	int64		lim;
+	int64		win_us;
+	int64		deadline;		/* sent + d, on the monotonic clock (us) */
+	int64		score;			/* the entry's score in the log (r + d) */
+	int64		taken;			/* the entry's units */
+	int64		left;			/* units not used yet */
+	/* what Redis answered the reserve, for the calls served from it */
+	int64		remaining;
+	int64		reset_at_us;
+	int64		next_us;
+	int			loglen;
+	int			ledgerlen;
+	char		keys[BATCH_KEY_BYTES];	/* the log key, then the ledger key */
+} BatchSlot;
+
+typedef struct BatchShared
+{
+	LWLock	   *lock;
+	Latch	   *worker_latch;	/* under lock; NULL until the worker runs */
+	BatchSlot	slots[BATCH_SLOTS];
+} BatchShared;
+
+static BatchShared *shared = NULL;
+
+/* The clock deadlines are kept on, in microseconds. */
+static int64
+mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64) ts.tv_sec * USECS_PER_SEC + ts.tv_nsec / 1000;
+}
+
+PGDLLEXPORT void slidewin_batch_worker_main(Datum arg);
+
+static Size
+shmem_size(void)
+{
+	return sizeof(BatchShared);
+}
+
+static void
+shmem_request(void)
+{
+	RequestNamedLWLockTranche("slidewin local batches", 1);
+}
+
+static void
+shmem_attach(void *p, bool found)
+{
+	shared = (BatchShared *) p;
+	if (!found)
+	{
+		memset(shared, 0, sizeof(BatchShared));
+		shared->lock = &(GetNamedLWLockTranche("slidewin local batches"))[0].lock;
+	}
+}
+
+static const ShmemPart shmem_part = {"slidewin local batches", shmem_size,
+shmem_request, shmem_attach};
+
+void
+local_batch_init(void)
+{
+	BackgroundWorker worker;
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	slidewin_shmem_register(&shmem_part);
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	worker.bgw_start_time = BgWorkerStart_ConsistentState;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "slidewin");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "slidewin_batch_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "slidewin local batch worker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "slidewin local batch worker");
+	RegisterBackgroundWorker(&worker);
+}
+
+static uint32
+target_hash(void)
+{
+	const char *url = slidewin_redis_url ? slidewin_redis_url : "";
+
+	return hash_bytes((const unsigned char *) url, strlen(url));
+}
+
+bool
+local_batch_applies(const RlArgs *args)
+{
+	int64		now;
+
+	return shared != NULL && slidewin_local_batch > 0 &&
+		args->algorithm == ALGO_SLIDING_LOG && !args->force &&
+		Min(slidewin_local_batch, args->lim) > args->cost &&
+		!redis_target_is_cluster() && !limit_test_clock(&now);
+}
+
+/* The batch's keys of args (palloc'd), and the hash a slot is found by. */
+typedef struct BatchKey
+{
+	char	   *log;
+	char	   *ledger;
+	int			loglen;
+	int			ledgerlen;
+	uint32		target;
+	uint32		hash;
+} BatchKey;
+
+static void
+batch_key(const RlArgs *args, BatchKey *k)
+{
+	uint32		h;
+
+	redis_store_log_keys(args, &k->log, &k->loglen, &k->ledger, &k->ledgerlen);
+	k->target = target_hash();
+	h = hash_bytes((const unsigned char *) k->log, k->loglen);
+	h = hash_combine(h, hash_bytes_uint32((uint32) args->lim));
+	h = hash_combine(h, hash_bytes_uint32((uint32) (args->lim >> 32)));
+	h = hash_combine(h, hash_bytes_uint32((uint32) args->win_us));
+	h = hash_combine(h, hash_bytes_uint32((uint32) (args->win_us >> 32)));
+	k->hash = hash_combine(h, k->target);
+}
+
+static bool
+slot_matches(const BatchSlot *s, const RlArgs *args, const BatchKey *k)
+{
+	return s->hash == k->hash && s->target == k->target && s->lim == args->lim &&
+		s->win_us == args->win_us && s->loglen == k->loglen &&
+		memcmp(s->keys, k->log, k->loglen) == 0;
+}
+
+/* A call's outcome served from slot s (under the lock). */
+static void
+outcome_from(const BatchSlot *s, const RlArgs *args, RlOutcome *o)
+{
+	o->allowed = true;
+	o->blocked = false;
+	o->known = true;
+	o->store = "redis";
+	o->remaining = s->remaining;
+	o->used = args->lim - s->remaining;
+	o->retry_us = 0;
+	o->reset_at_us = s->reset_at_us;
+	o->next_us = s->next_us;
+	o->recorded_ts = -1;
+	o->entry_ts = -1;
+	o->shadowed = false;
+	o->stable_us = 0;
+	o->carry_units = 0;
+	o->lim = args->lim;
+	o->win_us = args->win_us;
+}
+
+bool
+local_batch_take(const RlArgs *args, RlOutcome *o)
+{
+	BatchKey	k;
+	bool		done = false;
+
+	batch_key(args, &k);
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < BATCH_SLOTS && !done; i++)
+	{
+		BatchSlot  *s = &shared->slots[i];
+
+		if (s->state != SLOT_LIVE || s->left < args->cost || !slot_matches(s, args, &k))
+			continue;
+		/* rule 1: the deadline is read in the hold that takes the units */
+		if (mono_us() >= s->deadline)
+			continue;
+		s->left -= args->cost;
+		outcome_from(s, args, o);
+		done = true;
+	}
+	LWLockRelease(shared->lock);
+	pfree(k.log);
+	pfree(k.ledger);
+	return done;
+}
+
+/* Give back `part` units of a batch's entry now; false if Redis did not answer. */
+static bool
+give_back_part(const char *log, int loglen, const char *ledger, int ledgerlen,
+			   int64 score, int64 taken, int64 part, int64 win_us)
+{
+	RedisResult r;
+	bool		given;
+
+	return redis_store_refund_part(log, loglen, ledger, ledgerlen, score, taken, part,
+								   win_us, &given, &r);
+}
+
+bool
+local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
+{
+	int64		want = Min((int64) slidewin_local_batch, args->lim);
+	int64		d_us = (int64) slidewin_local_batch_time * 1000;
+	int64		sent;
+	int64		taken;
+	BatchKey	k;
+	int			free_slot = -1;
+	Latch	   *wake = NULL;
+
+	/*
+	 * With the table full (batches not yet given back), the call goes to
+	 * Redis alone, rather than reserve a batch only to give it back.
+	 */
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < BATCH_SLOTS && free_slot < 0; i++)
+		if (shared->slots[i].state == SLOT_FREE)
+			free_slot = i;
+	LWLockRelease(shared->lock);
+	if (free_slot < 0)
+		return redis_store_attempt(args, o, r);
+	free_slot = -1;
+
+	/* rule 1: taken before the request leaves, so never after Redis's r */
+	sent = mono_us();
+	if (!redis_store_batch_attempt(args, want, d_us, o, &taken, r))
+		return false;
+	/* the call's own entry is the batch's: no ticket, no refund on abort */
+	o->recorded_ts = -1;
+	o->entry_ts = -1;
+	if (taken <= args->cost)
+		return true;
+
+	batch_key(args, &k);
+	if (k.loglen + k.ledgerlen <= BATCH_KEY_BYTES)
+	{
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < BATCH_SLOTS && free_slot < 0; i++)
+			if (shared->slots[i].state == SLOT_FREE)
+				free_slot = i;
+		if (free_slot >= 0)
+		{
+			BatchSlot  *s = &shared->slots[free_slot];
+
+			s->hash = k.hash;
+			s->target = k.target;
+			s->lim = args->lim;
+			s->win_us = args->win_us;
+			s->deadline = sent + d_us;
+			s->score = o->reset_at_us - args->win_us;
+			s->taken = taken;
+			s->left = taken - args->cost;
+			s->remaining = o->remaining;
+			s->reset_at_us = o->reset_at_us;
+			s->next_us = o->next_us;
+			s->loglen = k.loglen;
+			s->ledgerlen = k.ledgerlen;
+			memcpy(s->keys, k.log, k.loglen);
+			memcpy(s->keys + k.loglen, k.ledger, k.ledgerlen);
+			s->state = SLOT_LIVE;
+			wake = shared->worker_latch;
+		}
+		LWLockRelease(shared->lock);
+	}
+	if (wake)
+		SetLatch(wake);
+	else
+
+		/*
+		 * Nowhere to keep the batch: its rest goes back at once. If Redis
+		 * does not take it, it stays counted until it leaves the window.
+		 */
+		(void) give_back_part(k.log, k.loglen, k.ledger, k.ledgerlen,
+							  o->reset_at_us - args->win_us, taken,
+							  taken - args->cost, args->win_us);
+	pfree(k.log);
+	pfree(k.ledger);
+	return true;
+}
+
+void
+local_batch_end_key(const RlArgs *args)
+{
+	RlArgs		log_args = *args;
+	char	   *log;
+	char	   *ledger;
+	int			loglen;
+	int			ledgerlen;
+	Latch	   *wake;
+
+	if (shared == NULL)
+		return;
+	log_args.algorithm = ALGO_SLIDING_LOG;
+	redis_store_log_keys(&log_args, &log, &loglen, &ledger, &ledgerlen);
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < BATCH_SLOTS; i++)
+	{
+		BatchSlot  *s = &shared->slots[i];
+
+		if (s->state == SLOT_LIVE && s->loglen == loglen &&
+			memcmp(s->keys, log, loglen) == 0)
+			s->deadline = 0;
+	}
+	wake = shared->worker_latch;
+	LWLockRelease(shared->lock);
+	if (wake)
+		SetLatch(wake);
+	pfree(log);
+	pfree(ledger);
+}
+
+/*
+ * The worker's pass: every batch whose deadline has passed gives its rest
+ * back (rule 2). Returns how long to sleep, in ms (-1: until woken).
+ */
+static long
+end_batches(void)
+{
+	int64		now = mono_us();
+	int64		next = 0;
+	uint32		target = target_hash();
+
+	for (int i = 0; i < BATCH_SLOTS; i++)
+	{
+		BatchSlot  *s = &shared->slots[i];
+		BatchSlot	copy;
+		bool		ending = false;
+
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		if (s->state == SLOT_LIVE && now >= s->deadline)
+			s->state = SLOT_ENDING;
+		if (s->state == SLOT_ENDING)
+		{
+			memcpy(&copy, s, offsetof(BatchSlot, keys) + s->loglen + s->ledgerlen);
+			ending = true;
+		}
+		LWLockRelease(shared->lock);
+		if (!ending)
+			continue;
+
+		/*
+		 * A batch of another Redis than this worker's, or whose entry has
+		 * left the window, has nothing this worker can give back.
+		 */
+		if (copy.left == 0 || copy.target != target ||
+			now - copy.deadline > copy.win_us ||
+			give_back_part(copy.keys, copy.loglen, copy.keys + copy.loglen,
+						   copy.ledgerlen, copy.score, copy.taken, copy.left,
+						   copy.win_us))
+		{
+			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+			s->state = SLOT_FREE;
+			LWLockRelease(shared->lock);
+		}
+		else
+		{
+			int64		retry = now + BATCH_RETRY_MS * 1000;
+
+			if (next == 0 || retry < next)
+				next = retry;
+		}
+	}
+
+
+	/*
+	 * The next deadline, read after every refund: a refund's wait may have
+	 * reset the latch a backend set for a batch made meanwhile, and one
+	 * made after this scan sets it again.
+	 */
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < BATCH_SLOTS; i++)
+	{
+		BatchSlot  *s = &shared->slots[i];
+
+		if (s->state == SLOT_LIVE && (next == 0 || s->deadline < next))
+			next = s->deadline;
+	}
+	LWLockRelease(shared->lock);
+	if (next == 0)
+		return -1;
+	now = mono_us();
+	return next > now ? (long) ((next - now + 999) / 1000) : 0;
+}
+
+void
+slidewin_batch_worker_main(Datum arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	/* the scripts' SHA1s are computed once, under a resource owner */
+	CurrentResourceOwner = ResourceOwnerCreate(NULL, "slidewin local batch worker");
+	scripts_prepare();
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	shared->worker_latch = MyLatch;
+	LWLockRelease(shared->lock);
+	for (;;)
+	{
+		long		sleep_ms;
+
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		/* allocates nothing: the refund is built on the stack */
+		sleep_ms = end_batches();
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | (sleep_ms >= 0 ? WL_TIMEOUT : 0),
+						 sleep_ms, PG_WAIT_EXTENSION);
+	}
+}

@@ -1,0 +1,33 @@
+/*
+ * local_batch.h
+ *		Local batches of a hot sliding_log key: units reserved from Redis
+ *		at once, used by this server's backends from shared memory.
+ */
+#ifndef SLIDEWIN_LOCAL_BATCH_H
+#define SLIDEWIN_LOCAL_BATCH_H
+
+#include "limit.h"
+#include "redis_conn.h"
+
+/* From _PG_init: the shared table and its worker (preloaded only). */
+extern void local_batch_init(void);
+
+/* Whether the call may be served from, or reserve, a local batch. */
+extern bool local_batch_applies(const RlArgs *args);
+
+/* Take the call's units from a live batch of its key: true with *o filled. */
+extern bool local_batch_take(const RlArgs *args, RlOutcome *o);
+
+/*
+ * A RedisOp (policy.h): ask Redis for a batch, the call's own units
+ * included; keep what the call does not use for this server's backends.
+ */
+extern bool local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r);
+
+/*
+ * rl_reset and rl_block: this server's live batches of the key end now,
+ * their unused units given back by the worker.
+ */
+extern void local_batch_end_key(const RlArgs *args);
+
+#endif							/* SLIDEWIN_LOCAL_BATCH_H */

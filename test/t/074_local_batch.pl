@@ -1,0 +1,342 @@
+# Local batches (slidewin.local_batch, issue 40): two PostgreSQL servers,
+# both preloading slidewin, share one Redis.
+#  1. Exact: every admission's use is bracketed by two readings of the
+#     server's clock (before and after the call; Redis and both servers
+#     read this host's clock). A call whose bracket lies wholly inside a
+#     window of length win certainly used its unit in that window, so a
+#     window holding more than lim such calls is a real excess (sound: no
+#     false alarm from the brackets' width). Checked for 8 pgbench clients
+#     on each server on one hot key with a limit that binds, and for a
+#     batch whose units are used late in its life on one server while the
+#     other asks Redis after the batch's reserve has left the window (which
+#     a batch scored at its reserve, not at its end, would get wrong).
+#  2. Far fewer Redis calls than admissions when the limit never binds
+#     (the ratio is printed; make bench holds the target).
+#  3. The unused units of a batch go back to Redis within d plus a margin
+#     for the round trip and this loaded machine, by the worker, with no
+#     call on the key; a call after the batch's end asks Redis again.
+#     rl_block and rl_reset end this server's batches of the key at once.
+#  4. Batches off (the default): a call goes to Redis every time.
+#  5. A reserve's reply is checked (a fake Redis): the units it says it took
+#     lie between the call's cost and the batch asked for, and agree with
+#     the rest of the reply.
+use strict;
+use warnings;
+
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use SlidewinTest;
+use FakeRedis;
+
+my $redis = SlidewinTest::start_redis();
+my @conf  = ("shared_preload_libraries = 'slidewin'", 'max_connections = 30');
+my $a_node = SlidewinTest::new_node('batch_a', $redis, \@conf);
+my $b_node = SlidewinTest::new_node('batch_b', $redis, \@conf);
+
+# Scripts Redis has run so far (a NOSCRIPT reply ran nothing).
+sub scripts_run
+{
+	my $n = 0;
+	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
+	{
+		$n += $1 - $2
+		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
+	}
+	return $n;
+}
+
+for my $n ($a_node, $b_node)
+{
+	$n->safe_psql('postgres', 'CREATE UNLOGGED TABLE adm (k text, t0 float8, t1 float8)');
+	# One admission: the clock before and after the call, if admitted.
+	$n->safe_psql('postgres', q{
+		CREATE FUNCTION take(k text, lim bigint, win interval) RETURNS boolean
+		LANGUAGE plpgsql AS $$
+		DECLARE t0 float8 := extract(epoch FROM clock_timestamp()); ok boolean;
+		BEGIN
+		  ok := rl_allow(k, lim, win);
+		  IF ok THEN
+		    INSERT INTO adm VALUES (k, t0, extract(epoch FROM clock_timestamp()));
+		  END IF;
+		  RETURN ok;
+		END $$});
+}
+
+# The most calls of key $k whose brackets lie inside one window of $win
+# seconds, over both servers; and how many were admitted in all.
+sub fullest_window
+{
+	my ($k, $win) = @_;
+	my @c;
+	for my $n ($a_node, $b_node)
+	{
+		for my $row (split /\n/, $n->safe_psql('postgres', "SELECT t0, t1 FROM adm WHERE k = '$k'"))
+		{
+			my ($t0, $t1) = split /\|/, $row;
+			push @c, [ $t0, $t1 ];
+		}
+	}
+	# each window (t - win, t] ends at some call's t1
+	my @by_end = sort { $a->[1] <=> $b->[1] } @c;
+	my $max = 0;
+	for my $i (0 .. $#by_end)
+	{
+		my $t = $by_end[$i][1];
+		my $in = 0;
+		for (my $j = $i; $j >= 0; $j--)
+		{
+			last if $by_end[$j][1] <= $t - $win;
+			$in++ if $by_end[$j][0] > $t - $win;
+		}
+		$max = $in if $in > $max;
+	}
+	return ($max, scalar @c);
+}
+
+# pgbench on each of @nodes at once, 8 clients, with $opts in PGOPTIONS,
+# for $run (['-T', seconds] or ['-t', transactions per client]).
+sub bench_both
+{
+	my ($script_body, $opts, $run, @nodes) = @_;
+	my $dir    = PostgreSQL::Test::Utils::tempdir('pgbench');
+	my $script = "$dir/hot.sql";
+	open(my $fh, '>', $script) or die "cannot write $script: $!";
+	print $fh $script_body;
+	close $fh;
+	local $ENV{PGOPTIONS} = $opts;
+	my @bench;
+	for my $n (@nodes)
+	{
+		my ($out, $err) = ('', '');
+		my @cmd = ('pgbench', '-n', '-c', '8', '-j', '2', @$run, '-f', $script,
+			'-h', $n->host, '-p', $n->port, 'postgres');
+		push @bench, { node => $n, out => \$out, err => \$err,
+			h => IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err) };
+	}
+	for my $b (@bench)
+	{
+		$b->{h}->finish;
+		is($b->{h}->full_result(0) >> 8, 0, $b->{node}->name . ': pgbench exits 0')
+		  or diag(${ $b->{out} } . ${ $b->{err} });
+	}
+}
+
+# ---------------------------------------------------------------------
+# 1a. A limit that binds: 8 clients on each server, one key
+# ---------------------------------------------------------------------
+{
+	my ($lim, $win) = (40, 0.2);
+	my $before = scripts_run();
+	bench_both(<<"EOS", '-c slidewin.local_batch=10 -c slidewin.local_batch_time=30', ['-T', 2], $a_node, $b_node);
+\\set s random(1, 20)
+\\sleep :s ms
+SELECT take('hot', $lim, '200 ms');
+EOS
+	my ($max, $n) = fullest_window('hot', $win);
+	note("binding limit: $n admitted on both servers, " . (scripts_run() - $before)
+		  . " Redis calls; fullest window of 200 ms holds $max");
+	cmp_ok($n, '>', 3 * $lim, "the limit bound, and was filled again and again ($n admitted)");
+	cmp_ok($max, '<=', $lim, "no window of 200 ms holds more than $lim admissions ($max)");
+	for my $node ($a_node, $b_node)
+	{
+		cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM adm WHERE k = 'hot'}), '>', 0,
+			$node->name . ' admitted some');
+	}
+}
+
+# ---------------------------------------------------------------------
+# 1b. Units of a batch used late in its life, and the other server after
+# ---------------------------------------------------------------------
+# lim 10, win 1 s, d 600 ms. A reserves 10 at r (one used), uses the other
+# 9 at about r + 0.45 s. B then calls from r + 1.1 s: the batch's entry,
+# scored r + 0.6 s, is still in B's window, so B is denied until the units
+# used at r + 0.45 s could have left it. A batch scored at r would let B
+# take 10 more while A's 9 are in the window.
+{
+	my ($lim, $win) = (10, 1);
+	my $sa = $a_node->background_psql('postgres');
+	$sa->query_safe('SET slidewin.local_batch = 10');
+	$sa->query_safe("SET slidewin.local_batch_time = '600ms'");
+	my $t_r = time;
+	is($sa->query_safe(q{SELECT take('late', 10, '1 second')}), 't', 'A reserves a batch');
+	usleep(450_000);
+	is($sa->query_safe(q{SELECT count(*) FROM generate_series(1, 9) g WHERE take('late', 10 + 0 * g, '1 second')}),
+		'9', 'A uses the other 9 units of its batch, late in its life, with no round trip');
+	$sa->quit;
+	my $wait = $t_r + 1.1 - time;
+	usleep(1_000_000 * $wait) if $wait > 0;
+	# B calls every 10 ms for 0.5 s (batches off on B: each call asks Redis)
+	$b_node->safe_psql('postgres', q{
+		DO $$ BEGIN
+		  FOR i IN 1 .. 50 LOOP PERFORM take('late', 10, '1 second'); PERFORM pg_sleep(0.01); END LOOP;
+		END $$});
+	my ($max, $n) = fullest_window('late', $win);
+	note("late use: $n admitted, fullest window of 1 s holds $max");
+	cmp_ok($max, '<=', $lim, "no window of 1 s holds more than $lim admissions ($max)");
+}
+
+# ---------------------------------------------------------------------
+# 2. A limit that never binds: Redis calls per admission
+# ---------------------------------------------------------------------
+{
+	my $before_calls = scripts_run();
+	my $before_adm   = $a_node->safe_psql('postgres', q{SELECT count(*) FROM adm WHERE k = 'free'});
+	bench_both(<<"EOS", '-c slidewin.local_batch=100 -c slidewin.local_batch_time=20', ['-t', 200], $a_node);
+SELECT take('free', 1000000000, '1 second');
+EOS
+	my $adm   = $a_node->safe_psql('postgres', q{SELECT count(*) FROM adm WHERE k = 'free'}) - $before_adm;
+	my $calls = scripts_run() - $before_calls;
+	my $ratio = $adm ? $calls / $adm : 1;
+	note(sprintf('limit never binds: %d admissions, %d Redis calls, %.4f calls per admission',
+			$adm, $calls, $ratio));
+	is($adm, 1600, "8 clients x 200 calls, all admitted");
+	cmp_ok($ratio, '<', 0.5, sprintf('far fewer Redis calls than admissions (%.4f per admission)', $ratio));
+}
+
+# ---------------------------------------------------------------------
+# 3. Unused units go back to Redis within d (plus one round trip)
+# ---------------------------------------------------------------------
+{
+	my $d = 0.3;
+	my $sa = $a_node->background_psql('postgres');
+	my $sb = $b_node->background_psql('postgres');
+	# B watches from its own session: rl_peek every 5 ms until the units
+	# are back, and the time it saw them back (every peek asks Redis)
+	$sb->query_safe(q{
+		CREATE FUNCTION back_at(k text, want bigint) RETURNS float8 LANGUAGE plpgsql AS $$
+		BEGIN
+		  FOR i IN 1 .. 2000 LOOP
+		    IF (SELECT remaining FROM rl_peek(k, 100, '1 hour')) = want THEN
+		      RETURN extract(epoch FROM clock_timestamp());
+		    END IF;
+		    PERFORM pg_sleep(0.005);
+		  END LOOP;
+		  RETURN NULL;
+		END $$});
+	$sa->query_safe('SET slidewin.local_batch = 50');
+	$sa->query_safe("SET slidewin.local_batch_time = '300ms'");
+	my $t0 = time;
+	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('back', 100, '1 hour')}),
+		't|50', 'a call reserves 50 units; the reserved units count as used');
+	my $mid = $sb->query_safe(q{SELECT remaining FROM rl_peek('back', 100, '1 hour')});
+	my $t_mid = time - $t0;
+	# (on a machine too busy to ask within d, the batch may have ended)
+	is($mid, '50', 'while the batch lives, another server sees its 50 units used')
+	  if $t_mid < $d;
+	my $back = $sb->query_safe(q{SELECT back_at('back', 99)});
+	isnt($back, '', 'the 49 unused units went back to Redis, with no call on the key');
+	$back = ($back || 9e9) - $t0;
+	note(sprintf('unused units back after %.3f s (d = %.3f s)', $back, $d));
+	# d, a round trip, and 0.15 s for a worker woken late by a busy machine
+	cmp_ok($back, '<=', $d + 0.15, sprintf('they were back within d + 0.15 s (%.3f s)', $back));
+	cmp_ok($back, '>=', $d, sprintf('and not before the batch ended (%.3f s)', $back));
+
+	# after the batch's end, a call asks Redis again
+	my $calls = scripts_run();
+	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('back', 100, '1 hour')}), 't|49',
+		'a call after the batch ended is admitted: a new batch, of the 50 units left');
+	cmp_ok(scripts_run() - $calls, '>=', 1, 'it asked Redis');
+	# that batch's 49 unused units go back too (a Redis call of the worker's,
+	# which must not fall into the count below)
+	isnt($sb->query_safe(q{SELECT back_at('back', 98)}), '', 'and its unused units went back');
+	$sa->quit;
+	$sb->quit;
+
+	# within a live batch, calls on this server do not (a long d, so that
+	# a busy machine cannot end it first)
+	$sa = $a_node->background_psql('postgres');
+	$sa->query_safe('SET slidewin.local_batch = 50');
+	$sa->query_safe("SET slidewin.local_batch_time = '5s'");
+	$calls = scripts_run();
+	my $t1 = time;
+	is($sa->query_safe(q{SELECT count(*) FROM generate_series(1, 20) g WHERE rl_allow('live', 100 + 0 * g, '1 hour')}),
+		'20', '20 calls admitted');
+	my $n_calls = scripts_run() - $calls;
+	is($n_calls, 1, 'one Redis call for the 20 (the batch): the rest came from the live batch')
+	  if time - $t1 < 5;
+	$sa->quit;
+}
+
+# ---------------------------------------------------------------------
+# 3b. rl_block and rl_reset end this server's batches of the key at once
+# ---------------------------------------------------------------------
+{
+	my $sa = $a_node->background_psql('postgres');
+	$sa->query_safe('SET slidewin.local_batch = 50');
+	$sa->query_safe("SET slidewin.local_batch_time = '5s'");
+	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('blk', 100, '1 hour')}), 't|50',
+		'a batch of 50 reserved (it lives 5 s)');
+	$a_node->safe_psql('postgres', q{SELECT rl_block('blk', '1 hour')});
+	is($sa->query_safe(q{SELECT allowed FROM rl_attempt('blk', 100, '1 hour')}), 'f',
+		'a block from another session of the server denies the next call, batch or not');
+
+	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('rst', 100, '1 hour')}), 't|50',
+		'a batch of 50 reserved on another key');
+	$a_node->safe_psql('postgres', q{SELECT rl_reset('rst')});
+	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('rst', 100, '1 hour')}), 't|50',
+		'after rl_reset, the next call reserves anew from an empty log');
+	is($b_node->safe_psql('postgres', q{SELECT remaining FROM rl_peek('rst', 100, '1 hour')}), '50',
+		'and Redis counts it (a call served from the batch the reset emptied would not be counted)');
+	$sa->quit;
+}
+
+# ---------------------------------------------------------------------
+# 4. Batches off, the default: every call asks Redis
+# ---------------------------------------------------------------------
+{
+	my $calls = scripts_run();
+	is($a_node->safe_psql('postgres', q{SELECT count(*) FROM generate_series(1, 20) g WHERE rl_allow('off', 100 + 0 * g, '1 hour')}),
+		'20', 'batches off: 20 calls admitted');
+	is(scripts_run() - $calls, 20, 'one Redis call each');
+	is($b_node->safe_psql('postgres', q{SELECT 100 - remaining FROM rl_peek('off', 100, '1 hour')}), '20',
+		'and the log counts exactly 20');
+	is($a_node->safe_psql('postgres', q{SHOW slidewin.local_batch}), '0', 'slidewin.local_batch is 0 by default');
+}
+
+# ---------------------------------------------------------------------
+# 5. The reply to a reserve is checked: a fake Redis (a session's own URL)
+# ---------------------------------------------------------------------
+{
+	my $fake = FakeRedis->start;
+	my $s = $a_node->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe('\set VERBOSITY verbose');
+	$s->query_safe('SET slidewin.redis_url = ' . "'redis://127.0.0.1:" . $fake->port . "'");
+	$s->query_safe('SET slidewin.redis_retry_interval = 0');
+	$s->query_safe('SET slidewin.local_batch = 50');
+	my $ts  = 1_900_000_000_000_000;
+	my $win = 3_600_000_000;
+	my $call = q{SELECT (r).allowed, (r).remaining FROM rl_attempt('fk', 100, '1 hour', 1, 'error') r};
+	for my $case (
+		[ 'more units than asked for', FakeRedis::ints(49, $ts, $ts + $win, 51),
+			qr/The units a local batch took must be an integer between 1 and 50\./ ],
+		[ 'fewer units than the call costs', FakeRedis::ints(100, $ts, $ts + $win, 0),
+			qr/The units a local batch took must be an integer between 1 and 50\./ ],
+		[ 'the short form of a single admission', FakeRedis::ints(99, $ts, $ts + $win),
+			qr/The reply to a local batch's admission has 3 elements, not 4\./ ],
+		[ 'units taken at odds with remaining', FakeRedis::ints(90, $ts, $ts + $win, 50),
+			qr/Field "used" of the sliding_log attempt reply is 10, but it must include the 50 units recorded\./ ])
+	{
+		my ($name, $reply, $why) = @$case;
+		$fake->script($reply);
+		my ($out, $err) = SlidewinTest::session_sql($s, $call);
+		is(SlidewinTest::sqlstate($err), '08P01', "a reserve answered with $name is refused");
+		like($err, $why, "... naming why ($name)");
+	}
+	$fake->script(FakeRedis::ints(50, $ts, $ts + $win, 50));
+	is($s->query_safe($call), 't|50', 'a well-formed reserve of 50 units is believed');
+	$s->quit;
+}
+
+# Bad settings are refused, naming the setting.
+{
+	my ($ret, $out, $err) = $a_node->psql('postgres', 'SET slidewin.local_batch = -1');
+	like($err, qr/-1 is outside the valid range for parameter "slidewin.local_batch"/, 'a negative batch is refused');
+	($ret, $out, $err) = $a_node->psql('postgres', q{SET slidewin.local_batch_time = '0'});
+	like($err, qr/outside the valid range for parameter "slidewin.local_batch_time"/, 'a batch time of 0 is refused');
+}
+
+$a_node->stop;
+$b_node->stop;
+done_testing();
