@@ -3,6 +3,9 @@
 # losses keeps within one bucket, though one GCRA over all of it stands
 # further ahead (a soak failure of this shape, seed 1748441035), and it still
 # finds a key that admits more than a bucket holds after a loss.
+#
+# It starts no server at all: the Valkey pass leaves it out.
+# slidewin: starts no Redis server
 use strict;
 use warnings;
 
