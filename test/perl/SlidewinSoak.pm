@@ -725,8 +725,9 @@ sub in_window
 # bucket restarts with nothing owed, but the GCRA keeps what it owed at the
 # loss for as long as the admissions come at the refill rate, so an
 # allowance that ends 3 x win after the loss ran out while the debt was
-# still there (a soak: a key 10 s ahead at +20.8, 4 s after a loss, then
-# 12 units in 23.8 s, each within its bucket, and 10.2 s ahead at +44.6).
+# still there (a soak: a key 10 s ahead at +20.8, 3 s after a loss ended,
+# then 12 units in 23.8 s that by themselves stand at most 6.6 s ahead, and
+# so 10.2 s ahead at +44.6, past the 8.2 s allowed once the loss was old).
 # Where a call was in flight over a loss's edges, it goes into the stretch
 # that holds it to less: into the stretch before the loss only if it
 # returned before Redis was killed (or the fallback store decided it before
