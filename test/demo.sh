@@ -5,8 +5,8 @@
 # Redis ran for them (slidewin's library of functions), and the
 # Sentinel failover scene of demo_failover.sh, the Redis Cluster scene
 # of demo_cluster.sh, the HTTP scene of demo_fastapi.sh (examples/fastapi), the
-# concurrency slots of demo_slots.sh and the statistics of demo_stats.sql
-# against them, and stop everything again.
+# concurrency slots of demo_slots.sh, the statistics of demo_stats.sql and
+# the local batches of demo_batch.sh against them, and stop everything again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -59,3 +59,4 @@ bash "$here/demo_cluster.sh" "$work" "$pg_port"
 bash "$here/demo_fastapi.sh" "$work" "$pg_port"
 bash "$here/demo_slots.sh" "$work" "$pg_port" "$redis_port"
 "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -f "$here/demo_stats.sql"
+bash "$here/demo_batch.sh" "$work" "$pg_port" "$redis_port"

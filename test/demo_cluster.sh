@@ -71,3 +71,30 @@ echo "   --- slot $slot now belongs to port $dst: calls meet MOVED once, then go
 wait "$calls"
 awk -F'|' '{ n[$2]++; last = $3 } END { for (s in n) printf "   %d calls answered by %s; remaining after the last: %s\n", n[s], s, last }' "$work/cluster-calls.out"
 echo "   tenant:1 is now on port $(holder tenant:1): 1 + 30 units spent of 100, none lost or doubled by the move."
+echo "Several keys in different slots, all or nothing (here fixed_window, 3 per hour each): each slot's"
+echo "keys are reserved on their master, then confirmed, or cancelled if any key has no room."
+sql -c "SELECT rl_attempt('quota:c', 3, '1 hour', 3, algorithm => 'fixed_window')" >/dev/null
+# rl_attempt_all over the keys named, 3 an hour each
+all() {
+	sql -F ' ' -c "SELECT (r).allowed, (r).remaining
+		FROM (SELECT ARRAY[$1] AS k) a,
+		     rl_attempt_all(a.k, array_fill(3::bigint, ARRAY[cardinality(a.k)]),
+		                    array_fill('1 hour'::interval, ARRAY[cardinality(a.k)]),
+		                    algorithm => 'fixed_window') r"
+}
+peeks() {
+	sql -At -c "SELECT string_agg(k || ' ' || (rl_peek(k, 3, '1 hour', algorithm => 'fixed_window')).remaining, ', ')
+		FROM unnest(ARRAY['quota:a', 'quota:b', 'quota:c']) k"
+}
+read -r ok rem < <(all "'quota:a', 'quota:b'")
+echo "   quota:a and quota:b: allowed $ok; left: $(peeks)"
+read -r ok rem < <(all "'quota:a', 'quota:b', 'quota:c'")
+echo "   quota:a, quota:b and quota:c (c is full): allowed $ok; left: $(peeks): nothing charged"
+echo "   where the three counters live:"
+for k in quota:a quota:b quota:c; do
+	for p in "${ports[@]}"; do
+		if [[ -n $(cli -p "$p" --scan --pattern "*$k") ]]; then
+			echo "     $k on the master on port $p"
+		fi
+	done
+done
