@@ -121,11 +121,18 @@ sql(q{
 	  RETURN calls || ' ' || extract(epoch FROM clock_timestamp() - due);
 	END $$;
 });
+# How late is late: 20 ms, plus twice what a call that goes to Redis takes
+# on this server now (measured here over 200 calls), since the admitting call
+# is one. A sanitized server beside another TAP file took 33 ms once.
+my $trip = sql(q{SELECT extract(epoch FROM clock_timestamp() - statement_timestamp()) / 200
+	FROM (SELECT count(rl_attempt('dc:trip' || g, 1000, '1 hour')) FROM generate_series(1, 200) g) s});
+my $late_ok = 0.02 + 2 * $trip;
 my $before = scripts_run();
 my ($calls, $late) = split / /, sql('SELECT spin()');
 my $spin_trips = scripts_run() - $before;
 cmp_ok($calls, '>', 1000, "spun $calls times before admission");
-cmp_ok($late, '<', 0.02, "admitted ${late} s after the time Redis gave (not late)");
+cmp_ok($late, '<', $late_ok, sprintf('admitted %s s after the time Redis gave (not late: under 20 ms + 2 x %.1f ms a call)',
+	$late, 1000 * $trip));
 cmp_ok($spin_trips, '<=', 10, "$spin_trips round trips for 3 fills and $calls spins");
 
 # --- other backends: reset and refund ---------------------------------------
