@@ -196,9 +196,11 @@ is(join(',', units('ra', 4), units('rb', 4)), '3,1', 'charged once');
 my $holder = $node->background_psql('postgres', on_error_stop => 0);
 my $caller = $node->background_psql('postgres', on_error_stop => 0);
 $holder->query_safe('SELECT pg_advisory_lock(4242)');
-# command_timeout 1 s: the call's reservations over 2 slots live 1 + 2 x 2 x 1 = 5 s,
-# long enough for the checks below to run inside it on a loaded machine.
-$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 1000');
+# command_timeout 1.5 s: the call's reservations over 2 slots live
+# 1 + 2 x 2 x 1.5 = 7 s, long enough for the checks below to run inside it on
+# a loaded machine (5 s once was not). The checks are timed from the
+# reservation's end as Redis recorded it, not from when the call was sent.
+$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 1500');
 
 sub start_paused_call
 {
@@ -212,8 +214,41 @@ sub start_paused_call
 	  or die 'the call did not pause';
 }
 
+# free_at($sql): poll $sql (a query answering t or f) in one session every
+# 20 ms until it answers t; the time it did, or undef after 20 s. One session,
+# not a psql per poll: a loaded machine took half a second to start each.
+my $poller;
+sub free_at
+{
+	my ($sql) = @_;
+	$poller //= $node->background_psql('postgres', on_error_stop => 0);
+	my $t0 = time;
+	while (time - $t0 < 20)
+	{
+		my $o = $poller->query_safe($sql);
+		return time if $o eq 't';
+		usleep(20_000);
+	}
+	return undef;
+}
+
+# lend($k): when the sliding log's reservation of key $k ends (Redis time,
+# in seconds), from its ledger member 'end:score:cost' scored +inf; undef
+# when it holds none.
+sub lend
+{
+	my ($k) = @_;
+	my $lk = 'slidewin:{' . fnv($k) . "}logr:$k";
+	for my $m (@masters)
+	{
+		my @v = grep { /^\d+:/ } split /\n/, scalar $m->cli('zrangebyscore', $lk, '+inf', '+inf');
+		return (split /:/, $v[0])[0] / 1e6 if @v;
+	}
+	return undef;
+}
+
 # A reservation counts for a concurrent rl_attempt of its key.
-my $life = 1 + 2 * 2 * 1;
+my $life = 1 + 2 * 2 * 1.5;
 isnt(slot_of('ya'), slot_of('yb'), 'ya and yb lie in different slots');
 isnt(slot_of('za'), slot_of('zb'), 'za and zb lie in different slots');
 my $reserved = time;
@@ -222,8 +257,13 @@ start_paused_call(q{'ya','yb'});
 is($o, 'f', 'a reservation counts: rl_attempt of its key, concurrent, is denied');
 ($o) = run_sql(q{SELECT allowed FROM rl_peek('yb', 1, '1 hour', on_redis_error => 'error')});
 is($o, 'f', 'and rl_peek sees it too');
+my $checked = time;
 is(held('ya') . ',' . held('yb'), '1,1', 'the paused call holds a reservation of each key');
-cmp_ok(time - $reserved, '<', $life - 1, 'all that within the reservations\' life');
+my $end = lend('ya') // 0;
+cmp_ok($checked, '<', $end, 'those two calls ended within the reservations\' life');
+cmp_ok($end - $reserved, '>=', $life - 0.01, sprintf('which is %.1f s from the reserve on (it ends %.2f s after the call was sent)',
+	$life, $end - $reserved));
+cmp_ok($end - $reserved, '<', $life + 3, 'and the reserve ran soon after the call was sent');
 
 # The backend dies between the two steps.
 my $killed = time;
@@ -233,17 +273,12 @@ $node->safe_psql('postgres', q{
 eval { $caller->quit; };
 ($o) = run_sql(q{SELECT allowed FROM rl_peek('ya', 1, '1 hour', on_redis_error => 'error')});
 is($o, 'f', 'right after the kill, the reservation still counts');
-my $freed;
-for (1 .. 100)
-{
-	($o) = run_sql(q{SELECT allowed FROM rl_peek('ya', 1, '1 hour', on_redis_error => 'error')});
-	if ($o eq 't') { $freed = time; last }
-	usleep(50_000);
-}
+my $freed = free_at(q{SELECT allowed FROM rl_peek('ya', 1, '1 hour', on_redis_error => 'error')});
 ok(defined $freed, 'the killed backend\'s reservation of ya stopped counting');
-cmp_ok(($freed // 1e10) - $reserved, '<', $life + 1,
-	sprintf('within its life of %.1f s (%.2f s after the call began, %.2f s after the kill)',
-		$life, ($freed // 1e10) - $reserved, ($freed // 1e10) - $killed));
+cmp_ok(($freed // 1e10) - $end, '<', 2,
+	sprintf('once its life of %.1f s had ended (%.2f s after its end, %.2f s after the kill)',
+		$life, ($freed // 1e10) - $end, ($freed // 1e10) - $killed));
+cmp_ok(($freed // 0) - $end, '>', -0.05, 'and not before');
 ($o) = run_sql(q{SELECT allowed FROM rl_attempt('yb', 1, '1 hour', on_redis_error => 'error')});
 is($o, 't', 'yb\'s reservation ended too: its unit is free for rl_attempt');
 ($o) = run_sql(q{SELECT allowed FROM rl_attempt('ya', 1, '1 hour', on_redis_error => 'error')});
@@ -286,13 +321,7 @@ foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		 WHERE query LIKE '%rl_attempt_all_rows%' AND pid <> pg_backend_pid()});
 	eval { $caller->quit; };
-	my $gone;
-	for (1 .. 100)
-	{
-		($o) = run_sql(qq{SELECT allowed FROM rl_peek('$ka', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
-		if ($o eq 't') { $gone = time; last }
-		usleep(50_000);
-	}
+	my $gone = free_at(qq{SELECT allowed FROM rl_peek('$ka', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
 	ok(defined $gone, "$algo: the killed backend's reservation stopped counting");
 	cmp_ok(($gone // 1e10) - $end, '<', 2,
 		sprintf('%s: once its life of %.1f s had ended (%.2f s after its end)', $algo, $clife, ($gone // 1e10) - $end));
@@ -305,7 +334,7 @@ foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 # A confirm that comes after its reservation ended and was given back (a
 # peek read the key after its life) fails the call, and no key is charged.
 $caller = $node->background_psql('postgres', on_error_stop => 0);
-$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 1000');
+$caller->query_safe('SET slidewin.test_pause_lock = 4242; SET slidewin.command_timeout = 1500');
 start_paused_call(q{'za','zb'});
 usleep(int(($life + 0.3) * 1_000_000));
 ($o) = run_sql(q{SELECT allowed FROM rl_peek('za', 1, '1 hour', on_redis_error => 'error')});
