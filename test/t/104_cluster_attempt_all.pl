@@ -442,25 +442,36 @@ $node->pgbench('-n -c 8 -j 2 -t 150', 0, [qr{processed: 1200/1200}], [qr{^$}],
 		SELECT nextval('calls'), k, 1, (rl_attempt(k, l, '1 hour', on_redis_error => 'error')).allowed
 		  FROM keys WHERE k = 'w' || :i;
 	  } });
-is(join(',', map { held("w$_") } 1 .. 6), '0,0,0,0,0,0',
-	'no reservation is left behind: each was confirmed or cancelled');
-is($node->safe_psql('postgres', q{
-	SELECT count(*) FROM (SELECT call FROM outcome GROUP BY call
-	                      HAVING bool_or(allowed) <> bool_and(allowed)) s}),
-	'0', 'every call admitted all its keys or none');
-my ($admitted, $denied) = split /\|/, $node->safe_psql('postgres', q{
-	SELECT count(*) FILTER (WHERE a AND n > 1), count(*) FILTER (WHERE NOT a AND n > 1)
-	  FROM (SELECT bool_and(allowed) a, count(*) n FROM outcome GROUP BY call) s});
-cmp_ok($admitted, '>', 10, "$admitted calls over several keys admitted");
-cmp_ok($denied, '>', 100, "$denied calls over several keys denied (the keys filled up)");
-foreach my $row (split /\n/, $node->safe_psql('postgres', 'SELECT k, l FROM keys ORDER BY k'))
+# check_load($label, $held, $units, $min_denied): after a load into the
+# table outcome, no reservation left behind ($held->(key)), every call all or
+# none, calls over several keys both admitted and denied, and each key's
+# admitted units within its limit and equal to what Redis counts
+# ($units->(key, lim)).
+sub check_load
 {
-	my ($k, $lim) = split /\|/, $row;
-	my $sum = $node->safe_psql('postgres',
-		"SELECT coalesce(sum(cost), 0) FROM outcome WHERE k = '$k' AND allowed");
-	cmp_ok($sum, '<=', $lim, "$k: admitted units ($sum) within its limit ($lim)");
-	is(units($k, $lim), $sum, "$k: the units Redis counts are the admitted calls' costs ($sum)");
+	my ($label, $held, $units, $min_denied) = @_;
+	is(join(',', map { $held->("w$_") } 1 .. 6), '0,0,0,0,0,0',
+		"${label}no reservation is left behind: each was confirmed or cancelled");
+	is($node->safe_psql('postgres', q{
+		SELECT count(*) FROM (SELECT call FROM outcome GROUP BY call
+		                      HAVING bool_or(allowed) <> bool_and(allowed)) s}),
+		'0', "${label}every call admitted all its keys or none");
+	my ($adm, $den) = split /\|/, $node->safe_psql('postgres', q{
+		SELECT count(*) FILTER (WHERE a AND n > 1), count(*) FILTER (WHERE NOT a AND n > 1)
+		  FROM (SELECT bool_and(allowed) a, count(*) n FROM outcome GROUP BY call) s});
+	cmp_ok($adm, '>', 10, "$label$adm calls over several keys admitted");
+	cmp_ok($den, '>', $min_denied, "$label$den calls over several keys denied (the keys filled up)");
+	foreach my $row (split /\n/, $node->safe_psql('postgres', 'SELECT k, l FROM keys ORDER BY k'))
+	{
+		my ($k, $lim) = split /\|/, $row;
+		my $sum = $node->safe_psql('postgres',
+			"SELECT coalesce(sum(cost), 0) FROM outcome WHERE k = '$k' AND allowed");
+		cmp_ok($sum, '<=', $lim, "$label$k: admitted units ($sum) within its limit ($lim)");
+		is($units->($k, $lim), $sum, "$label$k: the units Redis counts are the admitted calls' costs ($sum)");
+	}
+	return;
 }
+check_load('', \&held, \&units, 100);
 
 # The same load for each counting algorithm, on the test clock (so that
 # every call falls in one window, and no reservation ends): 8 clients x 40.
@@ -500,25 +511,7 @@ foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 			                   on_redis_error => 'error')).allowed
 			  FROM keys WHERE k = 'w' || :i;
 		  } });
-	is(join(',', map { cheld("w$_", $algo) } 1 .. 6), '0,0,0,0,0,0',
-		"$algo: no reservation is left behind");
-	is($node->safe_psql('postgres', q{
-		SELECT count(*) FROM (SELECT call FROM outcome GROUP BY call
-		                      HAVING bool_or(allowed) <> bool_and(allowed)) s}),
-		'0', "$algo: every call admitted all its keys or none");
-	my ($adm, $den) = split /\|/, $node->safe_psql('postgres', q{
-		SELECT count(*) FILTER (WHERE a AND n > 1), count(*) FILTER (WHERE NOT a AND n > 1)
-		  FROM (SELECT bool_and(allowed) a, count(*) n FROM outcome GROUP BY call) s});
-	cmp_ok($adm, '>', 10, "$algo: $adm calls over several keys admitted");
-	cmp_ok($den, '>', 10, "$algo: $den calls over several keys denied (the keys filled up)");
-	foreach my $row (split /\n/, $node->safe_psql('postgres', 'SELECT k, l FROM keys ORDER BY k'))
-	{
-		my ($k, $lim) = split /\|/, $row;
-		my $sum = $node->safe_psql('postgres',
-			"SELECT coalesce(sum(cost), 0) FROM outcome WHERE k = '$k' AND allowed");
-		cmp_ok($sum, '<=', $lim, "$algo $k: admitted units ($sum) within its limit ($lim)");
-		is(cunits($k, $lim, $algo), $sum, "$algo $k: the units Redis counts are the admitted calls' costs ($sum)");
-	}
+	check_load("$algo: ", sub { cheld($_[0], $algo) }, sub { cunits($_[0], $_[1], $algo) }, 10);
 }
 $node->safe_psql('postgres', 'ALTER DATABASE postgres RESET slidewin.test_now');
 
