@@ -145,6 +145,30 @@ typedef char slidewin_b64_byte;
 #define slidewin_guc_free(ptr) free(ptr)
 #endif
 
+/*
+ * Building a jsonb value token by token (needs utils/jsonb.h included
+ * first). 19 replaced the JsonbParseState stack, whose last push returned
+ * the value, by a JsonbInState whose result holds it: a builder starts
+ * zeroed, each push goes through slidewin_jsonb_push, and the value is
+ * slidewin_jsonb_result once the outermost container has ended.
+ */
+#ifdef __JSONB_H__
+#if PG_VERSION_NUM >= 190000
+typedef JsonbInState SlidewinJsonbBuilder;
+#define slidewin_jsonb_push(b, tok, v) pushJsonbValue((b), (tok), (v))
+#define slidewin_jsonb_result(b) ((b)->result)
+#else
+typedef struct SlidewinJsonbBuilder
+{
+	JsonbParseState *state;
+	JsonbValue *result;
+} SlidewinJsonbBuilder;
+#define slidewin_jsonb_push(b, tok, v) \
+	((b)->result = pushJsonbValue(&(b)->state, (tok), (v)))
+#define slidewin_jsonb_result(b) ((b)->result)
+#endif
+#endif							/* __JSONB_H__ */
+
 #endif							/* PG_VERSION_NUM */
 
 #endif							/* SLIDEWIN_COMPAT_H */

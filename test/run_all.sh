@@ -441,7 +441,7 @@ run_tap_suite() {
 	# slots) comes before 080 so that 080's 600k calls, which need a core,
 	# do not start beside 057's unpaced pgbench runs (on a machine loaded
 	# elsewhere, 080 beside 057 took 231 s of its 240).
-	local -a queue=() slow=(057_outage_exact 056_leases 104_cluster_attempt_all 080_tls 140_soak
+	local -a queue=() slow=(057_outage_exact 056_leases 104_cluster_attempt_all 057_partial_outage 080_tls 140_soak
 		014_attempt_all 101_cluster_moves 090_sentinel 110_stats 100_cluster
 		064_misconf 016_attempt_all_fallback 012_recovery 010_concurrency
 		131_example_fastapi 130_example_express 132_headers_all_sfv

@@ -234,24 +234,23 @@ headers_text(StringInfo buf, const HeaderFields *h)
 static Datum
 headers_jsonb(const HeaderFields *h)
 {
-	JsonbParseState *state = NULL;
+	SlidewinJsonbBuilder b = {0};
 	JsonbValue	v;
-	JsonbValue *obj;
 
-	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	slidewin_jsonb_push(&b, WJB_BEGIN_OBJECT, NULL);
 	for (int i = 0; i < h->n; i++)
 	{
 		v.type = jbvString;
 		v.val.string.val = (char *) h->name[i];
 		v.val.string.len = strlen(h->name[i]);
-		pushJsonbValue(&state, WJB_KEY, &v);
+		slidewin_jsonb_push(&b, WJB_KEY, &v);
 		v.type = jbvString;
 		v.val.string.val = h->value[i];
 		v.val.string.len = strlen(h->value[i]);
-		pushJsonbValue(&state, WJB_VALUE, &v);
+		slidewin_jsonb_push(&b, WJB_VALUE, &v);
 	}
-	obj = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
-	return JsonbPGetDatum(JsonbValueToJsonb(obj));
+	slidewin_jsonb_push(&b, WJB_END_OBJECT, NULL);
+	return JsonbPGetDatum(JsonbValueToJsonb(slidewin_jsonb_result(&b)));
 }
 
 void

@@ -97,6 +97,9 @@ pending_mine(OutageSlot *slot)
 	return 0;
 }
 
+static int64 pending_add(const RlArgs *args, int64 units);
+static void outage_wrote_rows(void);
+
 /* Whether this transaction wrote rows to carry (outage_fallback_wrote). */
 static bool wrote_in_xact = false;
 
@@ -207,15 +210,52 @@ outage_remember_all(int n, const RlArgs *args, int64 asked_at, const RlOutcome *
  * goes in with it (the seed: the store reads it through outage_seed at the
  * moment its decision starts, for the counting algorithms under the key's
  * lock, which a carry holds until Redis has decided), and what it wrote for
- * Redis to learn of is then waited for by carries of the key
- * (outage_fallback_wrote).
+ * Redis to learn of is waited for by carries of the key.
+ *
+ * A sliding log's call is counted in its slot's fb_pending before it reads
+ * the seed or the clock, as if it would admit its whole cost, and the count
+ * is set to what it wrote once it has decided. Counted only after the
+ * write, an admission could slip between a carry and the answer it stands
+ * behind: a carry's wait (wait_pending) passed before the count moved, its
+ * scan missed the uncommitted row, and Redis decided without it; the answer
+ * then set carried_to past the row's time, so that later fallback calls
+ * took the row for one of Redis's units. Every call of the key through
+ * either store was then free to admit its units again (TAP 010 under a
+ * 100 ms command_timeout that a loaded machine's sanitized servers ran
+ * into: 70 and 84 units admitted for a lim of 60). Counted first, a call
+ * either moves fb_pending before a carry looks, and the carry waits for
+ * its commit and carries its row; or after, and then it finds the carrying
+ * call in flight (outage_asking precedes the wait) and its row's time is
+ * later than the answer's carried_to, which was read before the carry.
+ * Both happen under the slot's spinlock, so one of the two orders holds.
  */
 void
 outage_fallback_attempt(const RlArgs *args, RlOutcome *o)
 {
-	fallback_attempt(args, outage_seed, o);
+	int64		announced = pending_add(args, args->cost);
+
+	if (announced == 0)
+	{
+		fallback_attempt(args, outage_seed, o);
+		if (o->carry_units > 0)
+			outage_fallback_wrote(args, o->carry_units);
+		return;
+	}
+	PG_TRY();
+	{
+		fallback_attempt(args, outage_seed, o);
+	}
+	PG_CATCH();
+	{
+		/* the row, if any, goes with the (sub)transaction */
+		(void) pending_add(args, -announced);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	/* the announcement becomes the count of what was written */
+	(void) pending_add(args, o->carry_units - announced);
 	if (o->carry_units > 0)
-		outage_fallback_wrote(args, o->carry_units);
+		outage_wrote_rows();
 }
 
 void
@@ -225,32 +265,41 @@ outage_fallback_peek(const RlArgs *args, RlOutcome *o)
 }
 
 /*
- * The fallback store wrote the carry row of an admission of args' key (cost
- * units). Until the transaction commits, a call that carries the key cannot
- * see the row, and Redis would decide without it: the units are counted in
- * the key's slot (fb_pending) meanwhile, so that such a call waits for the
- * commit (outage_carry). Counted by slot, whatever key holds it: another
- * key of the same slot can only make a carry wait, never miss a row.
+ * This transaction wrote carry rows: look for rows again, and make every
+ * backend look (the epoch moves again at commit, see carry_xact_callback).
  */
-void
-outage_fallback_wrote(const RlArgs *args, int64 cost)
+static void
+outage_wrote_rows(void)
+{
+	carry_maybe = true;
+	wrote_in_xact = true;
+	if (outage_shared != NULL)
+		pg_atomic_fetch_add_u64(&outage_shared->epoch, 1);
+}
+
+/*
+ * Add units (or take them back, units < 0) to this backend's uncommitted
+ * fallback admissions of args' slot, counted in its fb_pending. Sliding log
+ * only (the counting algorithms are waited for through the key's lock).
+ * Returns the units added: 0 where nothing is counted.
+ */
+static int64
+pending_add(const RlArgs *args, int64 units)
 {
 	OutageSlot *slot;
 	int			i;
 
-	carry_maybe = true;
-	wrote_in_xact = true;
-	if (outage_shared == NULL)
-		return;
-	pg_atomic_fetch_add_u64(&outage_shared->epoch, 1);
-	if (!outage_seeds_active() || args->algorithm != ALGO_SLIDING_LOG)
-		return;
+	if (units == 0 || !slidewin_outage_exact || !outage_seeds_active() ||
+		args->algorithm != ALGO_SLIDING_LOG)
+		return 0;
 	slot = &outage_shared->slots[outage_keyhash(args) % slidewin_outage_keys];
 	for (i = 0; i < n_pending; i++)
 		if (pending[i].slot == slot)
 			break;
 	if (i == n_pending)
 	{
+		if (units < 0)
+			return 0;
 		if (n_pending == max_pending)
 		{
 			int			n = Max(8, 2 * max_pending);
@@ -264,11 +313,32 @@ outage_fallback_wrote(const RlArgs *args, int64 cost)
 		pending[i].units = 0;
 		n_pending++;
 	}
+	if (units < 0)
+		units = -Min(-units, pending[i].units);
 	SpinLockAcquire(&slot->mutex);
-	slot->fb_pending += cost;
-	slot->fb_written++;
+	slot->fb_pending += units;
+	if (units > 0)
+		slot->fb_written++;
 	SpinLockRelease(&slot->mutex);
-	pending[i].units += cost;
+	pending[i].units += units;
+	return units;
+}
+
+/*
+ * The fallback store wrote the carry row of an admission of args' key (cost
+ * units). Until the transaction commits, a call that carries the key cannot
+ * see the row, and Redis would decide without it: the units are counted in
+ * the key's slot (fb_pending) meanwhile, so that such a call waits for the
+ * commit (outage_carry). Counted by slot, whatever key holds it: another
+ * key of the same slot can only make a carry wait, never miss a row.
+ * (outage_fallback_attempt counts a sliding log's call before it decides;
+ * this is for a call the outage memory did not count then.)
+ */
+void
+outage_fallback_wrote(const RlArgs *args, int64 cost)
+{
+	outage_wrote_rows();
+	(void) pending_add(args, cost);
 }
 
 /*
@@ -279,24 +349,7 @@ outage_fallback_wrote(const RlArgs *args, int64 cost)
 void
 outage_fallback_unwrote(const RlArgs *args, int64 cost)
 {
-	OutageSlot *slot;
-
-	if (!outage_seeds_active() || args->algorithm != ALGO_SLIDING_LOG)
-		return;
-	slot = &outage_shared->slots[outage_keyhash(args) % slidewin_outage_keys];
-	for (int i = 0; i < n_pending; i++)
-	{
-		if (pending[i].slot == slot)
-		{
-			int64		units = Min(cost, pending[i].units);
-
-			SpinLockAcquire(&slot->mutex);
-			slot->fb_pending -= units;
-			SpinLockRelease(&slot->mutex);
-			pending[i].units -= units;
-			return;
-		}
-	}
+	(void) pending_add(args, -cost);
 }
 
 /*
@@ -321,9 +374,11 @@ static uint64 gave_up_written = 0;
  * Before a sliding log's carry: wait until no other backend holds an
  * uncommitted fallback admission of the key's slot (at most PENDING_WAIT_MS,
  * interruptibly), so that the rows read next hold every admission made so
- * far. A fallback admission that starts after that counts this call as in
- * flight (outage_asking), so none slips between the carry and the decision.
- * False when it gave up on some (the carry is then not complete).
+ * far. A fallback call is counted there before it decides
+ * (outage_fallback_attempt); one counted after this looked finds this call
+ * in flight (outage_asking), and admits later than the time the answer will
+ * stand for, so none slips between the carry and the decision. False when
+ * it gave up on some (the carry is then not complete).
  */
 static bool
 wait_pending(const RlArgs *args)
