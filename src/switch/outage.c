@@ -42,6 +42,7 @@
  */
 #include "postgres.h"
 
+#include "access/twophase.h"
 #include "access/xact.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -49,6 +50,7 @@
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "tcop/utility.h"
@@ -110,11 +112,24 @@ outage_xact_callback(XactEvent event, void *arg)
 		inflight_end();			/* a call that ERRORed in flight */
 }
 
+int
+outage_marks_n(void)
+{
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+}
+
 static Size
-shared_size(void)
+slots_size(void)
 {
 	return add_size(offsetof(OutageShared, slots),
 					mul_size(sizeof(OutageSlot), slidewin_outage_keys));
+}
+
+static Size
+shared_size(void)
+{
+	return add_size(MAXALIGN(slots_size()),
+					mul_size(sizeof(PendingMark), outage_marks_n()));
 }
 
 static void
@@ -123,13 +138,22 @@ shmem_attach(void *p, bool found)
 	outage_shared = p;
 	if (!found)
 	{
+		PendingMark *marks = (PendingMark *) ((char *) p + MAXALIGN(slots_size()));
+
 		pg_atomic_init_u64(&outage_shared->epoch, 1);
 		pg_atomic_init_u64(&outage_shared->prepared_gen, 1);
+		pg_atomic_init_u64(&outage_shared->announce_seq, 1);
 		for (int i = 0; i < slidewin_outage_keys; i++)
 		{
 			memset(&outage_shared->slots[i], 0, sizeof(OutageSlot));
 			SpinLockInit(&outage_shared->slots[i].mutex);
 		}
+		for (int i = 0; i < outage_marks_n(); i++)
+		{
+			pg_atomic_init_u64(&marks[i].seq1, 0);
+			pg_atomic_init_u32(&marks[i].slot, 0);
+		}
+		outage_shared->marks = marks;
 	}
 }
 

@@ -51,15 +51,35 @@ typedef struct OutageSlot
 	uint64		carried_gen;
 } OutageSlot;
 
+/*
+ * A backend's sliding-log fallback calls of its transaction that have not
+ * ended (carry.c, pending_add): the announcement number of the oldest of
+ * them, plus one (0: none), and the slot of their key (MARK_ANY_SLOT when
+ * they are of keys in more than one slot). A carry waits for the calls
+ * announced before it looked, and for no later one (wait_pending).
+ */
+#define MARK_ANY_SLOT PG_UINT32_MAX
+
+typedef struct PendingMark
+{
+	pg_atomic_uint64 seq1;
+	pg_atomic_uint32 slot;
+} PendingMark;
+
 typedef struct OutageShared
 {
 	pg_atomic_uint64 epoch;		/* moves on every fallback admission */
 	pg_atomic_uint64 prepared_gen;	/* moves at every COMMIT PREPARED */
+	pg_atomic_uint64 announce_seq;	/* numbers the fallback calls' announcements */
+	PendingMark *marks;			/* one per process (outage_marks_n), after the slots */
 	OutageSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } OutageShared;
 
 /* The table (outage.c); NULL unless slidewin is preloaded. */
 extern OutageShared *outage_shared;
+
+/* How many marks there are: one per process that can run SQL. */
+extern int	outage_marks_n(void);
 
 /* rl_attempt's algorithms; rl_attempt_multi's log is not covered. */
 extern bool outage_covered(const RlArgs *args);

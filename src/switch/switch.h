@@ -55,8 +55,10 @@
  *	   visible were never looked for.
  *
  *	4. Rows are carried by the calls themselves, before Redis decides: the
- *	   call carries its own key's rows (waiting up to 100 ms for other
- *	   backends' uncommitted admissions of the key), and after the answer
+ *	   call carries its own key's rows (waiting up to 100 ms for the
+ *	   sliding-log fallback calls of the key that other backends announced
+ *	   before it looked and have not ended; the counting algorithms' hold
+ *	   the key's lock, which the carry takes), and after the answer
  *	   the rows of one other key. Rows leave the carry table in the carrying
  *	   transaction once Redis has answered; each is named, so that a batch
  *	   sent twice is recorded once.
