@@ -202,15 +202,28 @@ sub start_pgbouncer
 	push @bouncers, $h;
 	SlidewinTest::wait_for("PgBouncer $version to listen on port $port", sub {
 		croak "pgbouncer exited:\n" . slurp_file("$dir/pgbouncer.err") unless $h->pumpable;
-		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
-			Proto => 'tcp', Timeout => 1);
-		return 0 unless $s;
-		close $s;
-		return 1;
+		return listening($port);
 	}, 30);
 	note("PgBouncer $version at $bin on port $port, transaction mode, 2 server connections"
 		  . ($tracks_prepared ? ', max_prepared_statements = 0' : ''));
 	return { host => '127.0.0.1', port => $port, version => $version, user => $user };
+}
+
+# listening($port): something other than this connection itself listens on
+# 127.0.0.1:$port. A port in the kernel's ephemeral range (the matrix's
+# suites use such ranges) can be connected to with itself as the source port
+# (a TCP simultaneous open): the connect succeeds with nobody listening, and
+# a readiness check believed an app that had not started yet (sid's Valkey
+# pass, TAP 131: 200 requests refused, the app's log still empty).
+sub listening
+{
+	my ($port) = @_;
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+		Proto => 'tcp', Timeout => 1);
+	return 0 unless $s;
+	my $self = $s->sockport == $port;
+	close $s;
+	return $self ? 0 : 1;
 }
 
 # pg_env($target): the PG* variables that name $target, a node (the database
@@ -251,11 +264,7 @@ sub start_app
 	push @apps, $app;
 	SlidewinTest::wait_for("@$cmd to listen on port $port", sub {
 		croak "@$cmd exited before it listened:\n" . slurp_file($log) unless $h->pumpable;
-		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
-			Proto => 'tcp', Timeout => 1);
-		return 0 unless $s;
-		close $s;
-		return 1;
+		return listening($port);
 	}, 30);
 	return $app;
 }
@@ -588,11 +597,7 @@ sub check_readme
 			push @apps, $app;
 			SlidewinTest::wait_for("the README's app to listen on port $port", sub {
 				croak "the README's app exited before it listened:\n" . slurp_file($log) unless $h->pumpable;
-				my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
-					Proto => 'tcp', Timeout => 1);
-				return 0 unless $s;
-				close $s;
-				return 1;
+				return listening($port);
 			}, 30);
 			pass("README's app starts: $first");
 		}
