@@ -32,8 +32,23 @@ interval_of_us(int64 us)
  * next_at in 1.11; a database not yet updated has the columns of before,
  * and gets those.
  */
+static void fill(int natts, const RlArgs *args, const RlOutcome *o,
+				 const char *const *ticket, Datum *values, bool *nulls);
+
 void
 result_fill(int natts, const RlArgs *args, const RlOutcome *o, Datum *values, bool *nulls)
+{
+	fill(natts, args, o, NULL, values, nulls);
+}
+
+/*
+ * With ticket set, *ticket (NULL or not) is the row's ticket: the one of
+ * rl_attempt_all's whole call, so that the key's own is never made (two
+ * HMACs a call for nothing).
+ */
+static void
+fill(int natts, const RlArgs *args, const RlOutcome *o, const char *const *ticket,
+	 Datum *values, bool *nulls)
 {
 	static const bool defaults[RESULT_MAX_COLUMNS] =
 	{false, false, false, false, false, false, false, true, true};
@@ -55,11 +70,11 @@ result_fill(int natts, const RlArgs *args, const RlOutcome *o, Datum *values, bo
 	}
 	if (natts >= 8)
 	{
-		char	   *ticket = ticket_make(args, o);
+		const char *t = ticket ? *ticket : ticket_make(args, o);
 
-		nulls[7] = ticket == NULL;
-		if (ticket)
-			values[7] = CStringGetTextDatum(ticket);
+		nulls[7] = t == NULL;
+		if (t)
+			values[7] = CStringGetTextDatum(t);
 	}
 	if (natts >= 9)
 	{
@@ -93,13 +108,7 @@ result_datum_ticket(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome
 		fcinfo->flinfo->fn_extra = tupdesc;
 		MemoryContextSwitchTo(old);
 	}
-	result_fill(tupdesc->natts, args, o, values, nulls);
-	if (ticket && tupdesc->natts >= 8)
-	{
-		nulls[7] = *ticket == NULL;
-		if (*ticket)
-			values[7] = CStringGetTextDatum(*ticket);
-	}
+	fill(tupdesc->natts, args, o, ticket, values, nulls);
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 

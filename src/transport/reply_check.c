@@ -378,7 +378,8 @@ reply_check_outcome(const redisReply *rep, const ReplyCall *call,
 }
 
 /*
- * rl_attempt_all's reply: 8 integers per key (log_all.lua, counter_all.lua).
+ * rl_attempt_all's reply: 8 integers per key (log_all.lua, counter_all.lua),
+ * or 3 per key for the sliding log when every key is admitted.
  * Each key's fields pass the checks of an attempt of the call's algorithm;
  * a key that had room but was not charged (3) passes those of a peek, with
  * room for its cost where the algorithm counts exactly. The counting
@@ -415,12 +416,22 @@ reply_check_all(const redisReply *rep, int n, const ReplyCall *calls,
 				deciders = 0;
 	bool		force = n > 0 && calls[0].force;
 
+	/*
+	 * The sliding log answers an admission of every key, not forced, with
+	 * {remaining, recorded, next_us} for each (log_all.lua); the other
+	 * fields follow as in reply_check_attempt, and every check below still
+	 * applies to the whole.
+	 */
+	bool		short_form = n > 0 && calls[0].algorithm == ALGO_SLIDING_LOG && !force &&
+		rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t) (3 * n);
+
 	if (rep->type != REDIS_REPLY_ARRAY)
 		return refuse(why, whysize, "The rl_attempt_all reply is %s, not an array of %d integers.",
 					  reply_type_name(rep), 8 * n);
-	if (rep->elements != (size_t) (8 * n))
-		return refuse(why, whysize, "The rl_attempt_all reply has %zu elements, not %d (8 for each of %d keys).",
-					  rep->elements, 8 * n, n);
+	if (!short_form && rep->elements != (size_t) (8 * n))
+		return refuse(why, whysize, "The rl_attempt_all reply has %zu elements, not %d (8 for each of %d keys)%s.",
+					  rep->elements, 8 * n, n,
+					  calls[0].algorithm == ALGO_SLIDING_LOG && !force ? " or 3 for each key when all are admitted" : "");
 	for (int k = 0; k < n; k++)
 	{
 		ReplyCall	c = calls[k];
@@ -428,15 +439,38 @@ reply_check_all(const redisReply *rep, int n, const ReplyCall *calls,
 		bool		spare;
 
 		v[k][RF_WINDOW] = 0;
-		for (int i = 0; i < 8; i++)
+		if (short_form)
 		{
-			const redisReply *e = rep->element[8 * k + i];
+			static const int sfields[3] = {RF_REMAINING, RF_RECORDED, RF_NEXT};
 
-			if (e->type != REDIS_REPLY_INTEGER)
-				return refuse(why, whysize, "Field \"%s\" of key %d of the rl_attempt_all reply is %s, not an integer.",
-							  field_names[fields[i]], k + 1, reply_type_name(e));
-			v[k][fields[i]] = e->integer;
+			for (int i = 0; i < 3; i++)
+			{
+				const redisReply *e = rep->element[3 * k + i];
+
+				if (e->type != REDIS_REPLY_INTEGER)
+					return refuse(why, whysize, "Field \"%s\" of key %d of the rl_attempt_all reply is %s, not an integer.",
+								  field_names[sfields[i]], k + 1, reply_type_name(e));
+				v[k][sfields[i]] = e->integer;
+			}
+			v[k][RF_ALLOWED] = 1;
+			v[k][RF_RETRY] = 0;
+			v[k][RF_STABLE] = 0;
+			/* out of range sums become values the checks refuse */
+			if (__builtin_sub_overflow(c.lim, v[k][RF_REMAINING], &v[k][RF_USED]))
+				v[k][RF_USED] = -1;
+			if (__builtin_add_overflow(v[k][RF_RECORDED], c.win_us, &v[k][RF_RESET]))
+				v[k][RF_RESET] = -1;
 		}
+		else
+			for (int i = 0; i < 8; i++)
+			{
+				const redisReply *e = rep->element[8 * k + i];
+
+				if (e->type != REDIS_REPLY_INTEGER)
+					return refuse(why, whysize, "Field \"%s\" of key %d of the rl_attempt_all reply is %s, not an integer.",
+								  field_names[fields[i]], k + 1, reply_type_name(e));
+				v[k][fields[i]] = e->integer;
+			}
 		if (v[k][RF_ALLOWED] < 0 || v[k][RF_ALLOWED] > 3 || (force && v[k][RF_ALLOWED] == 3))
 			return refuse(why, whysize, "Field \"allowed\" of key %d of the rl_attempt_all reply is %" PRId64 ", but it must be 0, 1 or 2, or 3 when not forced.",
 						  k + 1, v[k][RF_ALLOWED]);

@@ -49,6 +49,19 @@ $fake->script($ints->(@deny_a, @spare_b));
 ($out, $err) = all('error');
 is($out, 'f|redis|0|100', 'a denial by a, b not charged, is believed; a decides');
 
+# Every key admitted: the sliding log answers 3 integers a key,
+# {remaining, recorded, next_us}, and the rest follows as for rl_attempt.
+$fake->script($ints->(99, $ts, $ts + $win, 40, $ts + 1, $ts + $win));
+($out, $err) = all('error');
+is($out, 't|redis|40|50', 'a short admission of both keys is believed; b decides');
+is($err, '', 'no error for a well-formed short admission');
+# and each key's row is rebuilt from its three: reset_at is recorded + win
+$fake->script($ints->(99, $ts, $ts + $win, 40, $ts + 1, $ts + $win));
+($out, $err) = run_sql(qq{SELECT string_agg(format('%s:%s:%s:%s', key, allowed, remaining,
+		(extract(epoch FROM reset_at) * 1000000)::bigint - $win), ',' ORDER BY key)
+	FROM rl_attempt_all_rows(ARRAY['a', 'b'], ARRAY[100, 50], ARRAY['1 hour', '1 hour']::interval[])});
+is($out, "a:t:99:$ts,b:t:40:" . ($ts + 1), 'a short admission: each key\'s row follows from its three integers');
+
 my @hostile = (
 	[ 'one key admitted, the other denied', [ @admit_a, @deny_a[0 .. 7] ],
 		qr/admits 1 of 2 keys, but it must admit all of them or none/ ],
@@ -62,6 +75,12 @@ my @hostile = (
 	[ 'an admission past its limit', [ @admit_a, (1, 0, 0, $ts + $win, 51, $ts, 0, $ts + $win) ],
 		qr/Field "remaining"|Field "used"/ ],
 	[ 'a string among the integers', [ @admit_a[0 .. 6], 'x', @admit_b ], undef ],
+	[ 'a short admission past a limit', [ 99, $ts, $ts + $win, -1, $ts, $ts + $win ],
+		qr/Field "remaining"|Field "used"/ ],
+	[ 'a short admission freeing a unit after its window', [ 99, $ts, $ts + $win, 40, $ts, $ts + $win + 1 ],
+		qr/Field "next_us" of the rl_attempt_all attempt reply .* must be at most reset_at/ ],
+	[ 'a short reply of the wrong length', [ 99, $ts, $ts + $win, 40, $ts ],
+		qr/has 5 elements, not 16 \(8 for each of 2 keys\) or 3 for each key when all are admitted/ ],
 );
 foreach my $case (@hostile)
 {
@@ -108,6 +127,8 @@ foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 }
 
 my @c_hostile = (
+	[ 'fixed_window', 'the sliding log\'s short admission', [ 99, $ts + $win, $ts + $win, 40, $ts + $win, $ts + $win ],
+		qr/has 6 elements, not 16/ ],
 	[ 'token_bucket', 'one key admitted, the other denied', [ @c_admit_a, @c_deny_a ],
 		qr/admits 1 of 2 keys, but it must admit all of them or none/ ],
 	[ 'fixed_window', 'a stable_us', [ @c_admit_a[0 .. 5], 7, $c_admit_a[7], @c_admit_b ],

@@ -83,8 +83,12 @@ void
 redis_store_ledger_key(StringInfo buf, const char *tag, const RlArgs *args)
 {
 	char		ltag[16];
+	size_t		len = strlen(tag);
 
-	snprintf(ltag, sizeof(ltag), "%sr", tag);
+	Assert(len + 2 <= sizeof(ltag));
+	memcpy(ltag, tag, len);
+	ltag[len] = 'r';
+	ltag[len + 1] = '\0';
 	redis_store_key(buf, ltag, args);
 }
 

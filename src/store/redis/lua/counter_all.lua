@@ -9,7 +9,8 @@ reservations (3n keys; the reservations are read under Cluster only).
 ARGV: n, then lim1..limn, win1..winn (us), cost1..costn, then flags ('f'
 force: record every key whatever the answer, for shadow mode; 'k' under
 Redis Cluster; 'r' reserve: record reservations, not units, see below)
-and now (us; '': Redis TIME, read once here), then with 'r' the
+and now (us; '': Redis TIME, read once here; both left out when
+empty), then with 'r' the
 reservations' life (us) and their id. Every key is first peeked at for
 its cost, which writes nothing; only if every one would be admitted
 (allowed 1, not blocked) is each attempted, with the same clock, so that
