@@ -46,10 +46,13 @@ read -r a n < <(run upstream:tight 300 100)
 echo "A limit that binds (300 a minute), 2,000 calls with local_batch = 100: $a admitted, never more"
 echo "(fewer when a batch ends with units unused: they count until they are given back)."
 sql -c "SET slidewin.local_batch = 100; SET slidewin.local_batch_time = '1s';
-	SELECT (r).allowed FROM rl_attempt('upstream:back', 1000000, '1 minute') r" >/dev/null
+	SELECT count(*) FROM generate_series(1, 3) g, rl_attempt('upstream:back', 1000000, '1 minute', 1 + 0 * g) r
+	 WHERE (r).allowed" >/dev/null
 during=$(peek upstream:back)
 sleep 1.3
 after=$(peek upstream:back)
-echo "One call takes a batch of 100 that lives 1 s, and uses 1 unit. The other 99 count as used while"
-echo "the batch lives, and go back to Redis when it ends (a background worker gives them back):"
+echo "Three calls in a row: a key warms up before it batches, so the first two go to Redis alone, and"
+echo "the third, seeing the key called often, takes a batch of up to 100 that lives 1 s and uses 1 unit."
+echo "The rest counts as used while the batch lives, and goes back to Redis when it ends (a background"
+echo "worker gives it back; a key called once never takes a batch):"
 echo "   at once: $during left of 1000000; 1.3 s later: $after left"

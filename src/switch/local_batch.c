@@ -43,8 +43,27 @@
  *	   algorithm but sliding_log. A call served from a batch records no
  *	   entry of its own: it has no ticket and no refund on abort.
  *
+ *	5. A batch is sized from the key's recent rate on this server (the
+ *	   demand table below): about the units this server's calls of the key
+ *	   would use in d, within rule 3's bounds. The first calls of a run
+ *	   (DEMAND_WARM_CALLS - 1 of them: a run starts when the key is first
+ *	   seen, or seen again after more than DEMAND_IDLE_TIMES * d of
+ *	   silence), and every call of a key called fewer than twice per d on
+ *	   average, reserve nothing: they go to Redis alone, as ordinary calls
+ *	   with their own entries, tickets and refunds on abort, so a key
+ *	   called once never pays for a batch nor costs a refund. The
+ *	   size changes only how many units one entry holds, never where it is
+ *	   scored nor when its units may be used: the exactness argument above
+ *	   does not depend on it.
+ *
  * The table is small and fixed (BATCH_SLOTS); when it is full, a call goes
- * to Redis as if batches were off. One LWLock guards it.
+ * to Redis as if batches were off. The demand table (DEMAND_SLOTS entries,
+ * direct-mapped by a hash of the key, a second hash telling keys that share
+ * an entry apart) keeps, per key, the last call's time on the monotonic
+ * clock and a moving average of the gaps between calls; a key that takes
+ * another's entry simply starts cold. One LWLock guards both tables: a call
+ * notes its demand in the same exclusive hold that looks for a batch to
+ * take from, so that sizing adds no lock of its own to the hot path.
  *
  *-------------------------------------------------------------------------
  */
@@ -76,6 +95,11 @@
 #define BATCH_KEY_BYTES 2560
 /* how soon the worker tries again a refund Redis could not take */
 #define BATCH_RETRY_MS 100
+/* the demand table: entries, and the silence (in d) after which a key is cold */
+#define DEMAND_SLOTS 1024
+#define DEMAND_IDLE_TIMES 16
+/* the first call of a run that may reserve (a run: gaps of at most 16 d) */
+#define DEMAND_WARM_CALLS 3
 
 typedef enum SlotState
 {
@@ -104,12 +128,29 @@ typedef struct BatchSlot
 	char		keys[BATCH_KEY_BYTES];	/* the log key, then the ledger key */
 } BatchSlot;
 
+/* One key's recent calls on this server (rule 5). */
+typedef struct DemandEntry
+{
+	uint32		hash;			/* the key's slot hash (batch_key) */
+	uint32		calls;			/* calls in the current run, 0: unused */
+	uint64		check;			/* a second hash of the log key */
+	int64		last_us;		/* the last call, on the monotonic clock */
+	int64		gap_us;			/* moving average of the gaps between calls */
+} DemandEntry;
+
 typedef struct BatchShared
 {
 	LWLock	   *lock;
 	Latch	   *worker_latch;	/* under lock; NULL until the worker runs */
 	BatchSlot	slots[BATCH_SLOTS];
+	DemandEntry demand[DEMAND_SLOTS];
 } BatchShared;
+
+/*
+ * The size local_batch_take chose for the reserve that follows it in the
+ * same call (policy_run), as a RedisOp takes no argument for it.
+ */
+static int64 reserve_want = 0;
 
 static BatchShared *shared = NULL;
 
@@ -198,6 +239,7 @@ typedef struct BatchKey
 	int			ledgerlen;
 	uint32		target;
 	uint32		hash;
+	uint64		check;			/* a second hash, for the demand table */
 } BatchKey;
 
 static void
@@ -213,6 +255,7 @@ batch_key(const RlArgs *args, BatchKey *k)
 	h = hash_combine(h, hash_bytes_uint32((uint32) args->win_us));
 	h = hash_combine(h, hash_bytes_uint32((uint32) (args->win_us >> 32)));
 	k->hash = hash_combine(h, k->target);
+	k->check = hash_bytes_extended((const unsigned char *) k->log, k->loglen, k->hash);
 }
 
 static bool
@@ -245,22 +288,68 @@ outcome_from(const BatchSlot *s, const RlArgs *args, RlOutcome *o)
 	o->win_us = args->win_us;
 }
 
+/*
+ * Note a call of the key now (under the exclusive lock) and return the
+ * units a reserve should ask for (rule 5), or 0 when the call should go to
+ * Redis alone. The rate is a moving average of the gaps between this
+ * server's calls of the key; a call that finds the entry empty, another
+ * key's, or silent for more than DEMAND_IDLE_TIMES * d starts a new run.
+ */
+static int64
+demand_note(const RlArgs *args, const BatchKey *k, int64 now, int64 d_us)
+{
+	DemandEntry *e = &shared->demand[k->hash % DEMAND_SLOTS];
+	int64		gap;
+	int64		want;
+
+	if (e->calls == 0 || e->hash != k->hash || e->check != k->check ||
+		now - e->last_us > DEMAND_IDLE_TIMES * d_us)
+	{
+		e->hash = k->hash;
+		e->check = k->check;
+		e->calls = 1;
+		e->last_us = now;
+		e->gap_us = 0;
+		return 0;
+	}
+	gap = Max(now - e->last_us, 0);
+	e->gap_us = e->calls == 1 ? gap : e->gap_us + (gap - e->gap_us) / 4;
+	e->last_us = now;
+	if (e->calls < PG_UINT32_MAX)
+		e->calls++;
+	/* fewer than two calls per d: a batch would mostly go back unused */
+	if (e->calls < DEMAND_WARM_CALLS || 2 * e->gap_us > d_us)
+		return 0;
+	/* cost < Min(setting, lim) <= 10^6 and d_us <= 10^7: no overflow */
+	want = d_us * args->cost / Max(e->gap_us, 1);
+	want = Min(want, Min((int64) slidewin_local_batch, args->lim));
+	return want > args->cost ? want : 0;
+}
+
 bool
-local_batch_take(const RlArgs *args, RlOutcome *o)
+local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve)
 {
 	BatchKey	k;
 	bool		done = false;
+	bool		room = false;
+	int64		d_us = (int64) slidewin_local_batch_time * 1000;
+	int64		now;
+	int64		want;
 
 	batch_key(args, &k);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	/* rule 1: the clock is read in the hold that takes the units */
+	now = mono_us();
+	want = demand_note(args, &k, now, d_us);
 	for (int i = 0; i < BATCH_SLOTS && !done; i++)
 	{
 		BatchSlot  *s = &shared->slots[i];
 
+		if (s->state == SLOT_FREE)
+			room = true;
 		if (s->state != SLOT_LIVE || s->left < args->cost || !slot_matches(s, args, &k))
 			continue;
-		/* rule 1: the deadline is read in the hold that takes the units */
-		if (mono_us() >= s->deadline)
+		if (now >= s->deadline)
 			continue;
 		s->left -= args->cost;
 		outcome_from(s, args, o);
@@ -269,6 +358,13 @@ local_batch_take(const RlArgs *args, RlOutcome *o)
 	LWLockRelease(shared->lock);
 	pfree(k.log);
 	pfree(k.ledger);
+
+	/*
+	 * With the table full (batches not yet given back), the call goes to
+	 * Redis alone, rather than reserve a batch only to give it back.
+	 */
+	reserve_want = (done || !room) ? 0 : want;
+	*reserve = reserve_want > 0;
 	return done;
 }
 
@@ -287,7 +383,7 @@ give_back_part(const char *log, int loglen, const char *ledger, int ledgerlen,
 bool
 local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 {
-	int64		want = Min((int64) slidewin_local_batch, args->lim);
+	int64		want = reserve_want;
 	int64		d_us = (int64) slidewin_local_batch_time * 1000;
 	int64		sent;
 	int64		taken;
@@ -295,18 +391,10 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	int			free_slot = -1;
 	Latch	   *wake = NULL;
 
-	/*
-	 * With the table full (batches not yet given back), the call goes to
-	 * Redis alone, rather than reserve a batch only to give it back.
-	 */
-	LWLockAcquire(shared->lock, LW_SHARED);
-	for (int i = 0; i < BATCH_SLOTS && free_slot < 0; i++)
-		if (shared->slots[i].state == SLOT_FREE)
-			free_slot = i;
-	LWLockRelease(shared->lock);
-	if (free_slot < 0)
+	reserve_want = 0;
+	want = Min(want, Min((int64) slidewin_local_batch, args->lim));
+	if (want <= args->cost)
 		return redis_store_attempt(args, o, r);
-	free_slot = -1;
 
 	/* rule 1: taken before the request leaves, so never after Redis's r */
 	sent = mono_us();

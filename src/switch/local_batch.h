@@ -15,12 +15,18 @@ extern void local_batch_init(void);
 /* Whether the call may be served from, or reserve, a local batch. */
 extern bool local_batch_applies(const RlArgs *args);
 
-/* Take the call's units from a live batch of its key: true with *o filled. */
-extern bool local_batch_take(const RlArgs *args, RlOutcome *o);
+/*
+ * Note the call in its key's recent rate, and take its units from a live
+ * batch of the key: true with *o filled. Otherwise *reserve says whether
+ * the call should reserve a batch (local_batch_reserve, sized from that
+ * rate) or go to Redis alone.
+ */
+extern bool local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve);
 
 /*
- * A RedisOp (policy.h): ask Redis for a batch, the call's own units
- * included; keep what the call does not use for this server's backends.
+ * A RedisOp (policy.h), right after local_batch_take asked for it: ask
+ * Redis for a batch, the call's own units included; keep what the call
+ * does not use for this server's backends.
  */
 extern bool local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r);
 

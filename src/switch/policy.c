@@ -170,14 +170,18 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 
 	/*
 	 * A call that may use a local batch takes its units from a live one of
-	 * its key, or asks Redis for one (local_batch.c). The units of a live
+	 * its key, or asks Redis for one if its key is called often enough on
+	 * this server, or goes alone (local_batch.c). The units of a live
 	 * batch were counted by Redis, whether it answers now or not.
 	 */
 	if (redis_op == redis_store_attempt && local_batch_applies(args))
 	{
-		if (local_batch_take(args, o))
+		bool		reserve;
+
+		if (local_batch_take(args, o, &reserve))
 			return;
-		redis_op = local_batch_reserve;
+		if (reserve)
+			redis_op = local_batch_reserve;
 	}
 
 	if (policy_redis_may_be_tried(&r))
