@@ -225,7 +225,8 @@ mapfile -t info < <(sql -c "LOAD 'slidewin'" \
 	-c "SELECT count(*) FROM pg_settings WHERE name = 'slidewin.stats'" \
 	-c "SELECT count(*) FROM pg_proc WHERE proname = 'rl_acquire'" \
 	-c "SELECT count(*) FROM pg_settings WHERE name = 'slidewin.outage_exact'" \
-	-c "SELECT count(*) FROM pg_proc WHERE proname = 'rl_attempt_all'")
+	-c "SELECT count(*) FROM pg_proc WHERE proname = 'rl_attempt_all'" \
+	-c "SELECT count(*) FROM pg_settings WHERE name = 'slidewin.local_batch'")
 kp=${info[0]}
 has_deny_cache=${info[1]}
 has_algorithm=${info[2]}
@@ -234,6 +235,7 @@ pg_version=${info[4]}
 has_stats=${info[5]:-0}
 has_acquire=${info[6]:-0}
 has_outage=${info[7]:-0}
+has_batch=${info[9]:-0}
 has_all=${info[8]:-0}
 redis_version=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')
 # The boundary experiment on the test clock, for the second chart: it writes
@@ -316,6 +318,8 @@ declare -A R_redis=() R_zkey=() R_zstart=() R_prep=() R_vacuum=() R_extra=() R_m
 # R_rconn: redis-cli/redis-benchmark connection options of an evalsha row;
 # R_procs: set for an evalsha row run as one process per client
 declare -A R_rconn=() R_procs=()
+# R_rcalls: set for a row whose Redis script calls are counted (T_rcalls)
+declare -A R_rcalls=()
 
 mkdir -p "$work/scripts" "$work/runs"
 
@@ -484,6 +488,30 @@ else
 	add_row all3 A na "$all3_label"
 	R_na[all3]="n/a (no \`rl_attempt_all\` before 1.12)"
 fi
+# Local batches (target 18, issue 40): one hot key, every call admitted (a
+# limit of 10^12 a second never binds), batches off and on; the same key
+# with a limit that binds (2,000 a second, against some 10,000 calls a
+# second); and many keys, each called rarely, with batches on, against the
+# many row. Each row counts the script calls Redis ran (R_rcalls), for the
+# Redis calls per admission.
+batch_set="-c slidewin.local_batch=1000 -c slidewin.local_batch_time=20ms"
+for id in batch_hot_off batch_hot batch_bind_off batch_bind batch_many; do
+	case $id in
+	batch_hot_off) label="one hot key, every call admitted, local batches off" sql="SELECT * FROM rl_attempt('bhot0', 1000000000000, '1 second');" ;;
+	batch_hot) label="one hot key, every call admitted, \`slidewin.local_batch\` = 1000, \`local_batch_time\` = 20 ms" sql="SELECT * FROM rl_attempt('bhot1', 1000000000000, '1 second');" ;;
+	batch_bind_off) label="one hot key, 2,000 a second (binds), local batches off" sql="SELECT * FROM rl_attempt('bbind0', 2000, '1 second');" ;;
+	batch_bind) label="one hot key, 2,000 a second (binds), local batches on (1000, 20 ms)" sql="SELECT * FROM rl_attempt('bbind1', 2000, '1 second');" ;;
+	batch_many) label="\`rl_attempt\`, $(kfmt $many_keys) keys, local batches on (1000, 20 ms)" sql=$(many_sql bm) ;;
+	esac
+	if ((has_batch)); then
+		add_row "$id" A pgbench "$label" "$sql"
+		R_rcalls[$id]=1
+		[[ $id == *_off ]] || R_opts[$id]=$batch_set
+	else
+		add_row "$id" A na "$label"
+		R_na[$id]="n/a (no local batches before 1.12)"
+	fi
+done
 # Concurrency slots (target 12): an uncontended rl_acquire and its release at
 # COMMIT, against rl_attempt in a transaction of the same shape, so that the
 # two rows differ only by what slidewin does: BEGIN and COMMIT are two more
@@ -617,7 +645,7 @@ done
 
 # ---- measurement ------------------------------------------------------------------
 
-declare -A T_series=() T_prog=() T_tps=() T_txn=() T_err=() T_fb=() T_zmax=() T_rb50=() T_rb99=() T_cpu=() rb_n=()
+declare -A T_series=() T_prog=() T_tps=() T_txn=() T_err=() T_fb=() T_zmax=() T_rb50=() T_rb99=() T_cpu=() rb_n=() T_rcalls=()
 
 # Rows in the fallback table; with Redis up only calls Redis did not answer in
 # time write there, so the growth over a slice counts them.  fb_last caches
@@ -642,6 +670,13 @@ evalsha_errors() { # evalsha_errors ID: failed + rejected calls of the row so fa
 	read -r -a conn <<<"${R_rconn[$1]:-"-h 127.0.0.1 -p $redis_port"}"
 	redis-cli "${conn[@]}" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v want="cmdstat_$(row_cmd "$1")" '$1 == want {
 		for (i = 2; i < NF; i += 2) if ($i == "failed_calls" || $i == "rejected_calls") n += $(i + 1)
+	} END { print n + 0 }'
+}
+
+# script_calls: the script calls the bench's Redis has run (FCALL, EVALSHA).
+script_calls() {
+	rcli INFO commandstats | tr -d '\r' | awk -F'[:,=]' '$1 ~ /^cmdstat_(fcall|evalsha|fcall_ro|evalsha_ro)$/ {
+		for (i = 2; i < NF; i += 2) if ($i == "calls") n += $(i + 1)
 	} END { print n + 0 }'
 }
 
@@ -677,8 +712,9 @@ run_slice() {
 	local j=$((c < ncpu ? c : ncpu)) dur=(-T "$secs")
 	if ((smoke)); then dur=(-t "$smoke_txns"); fi
 	if [[ -n ${R_redis[$id]:-} ]]; then fb0=${fb_last:-$(fallback_rows)}; fi
-	local extra=()
+	local extra=() rc0=''
 	read -r -a extra <<<"${R_extra[$id]:-}"
+	if [[ -n ${R_rcalls[$id]:-} ]]; then rc0=$(script_calls); fi
 	env PGOPTIONS="${R_opts[$id]:-}" "$PGBENCH" -h 127.0.0.1 -p "$pg_port" -U postgres \
 		-n -M "${R_mode[$id]:-prepared}" -f "${R_script[$id]}" -c "$c" -j "$j" "${dur[@]}" "${extra[@]}" \
 		-l --log-prefix="$dir/lat$round" postgres >"$out" 2>&1 || rc=$?
@@ -695,6 +731,7 @@ run_slice() {
 	rm -f "$dir/lat$round".*
 	T_tps[$key]+="$tps "
 	T_txn[$key]=$((${T_txn[$key]:-0} + txn))
+	if [[ -n $rc0 ]]; then T_rcalls[$key]=$((${T_rcalls[$key]:-0} + $(script_calls) - rc0)); fi
 	# With -P: pgbench's per-interval progress lines; keep the first and last tps.
 	T_prog[$key]=$(awk '$1 == "progress:" { t = $4; if (!n++) f = t } END { if (n > 1) printf "%.0f %.0f", f, t }' "$out")
 	T_series[$key]=$(awk '$1 == "progress:" { printf "%s%.0f", (n++ ? " " : ""), $4 }' "$out")
@@ -1322,6 +1359,25 @@ for c in "${clients[@]}"; do
 	target "17 ($c cl.)" 'Several keys: one `rl_attempt_all` over 3 keys in one hash slot costs at most 1.5 × one `rl_attempt` (one round trip, not three): tps ≥ tps(`rl_attempt`, many keys) / 1.5' \
 		"$(ratio "${tps[all3.$c]:-}" "${tps[many.$c]:-}")" 0.667 x \
 		"$(r=$(ratio "${tps[many.$c]:-}" "${tps[all3.$c]:-}") && [[ -n $r ]] && echo "(costs $r × one \`rl_attempt\`)")"
+done
+# 18. Local batches (issue 40).
+per_call() { # per_call KEY: admissions (transactions) per Redis script call
+	[[ -n ${T_rcalls[$1]:-} && ${T_rcalls[$1]} -gt 0 && -n ${T_txn[$1]:-} ]] || return 0
+	awk -v t="${T_txn[$1]}" -v r="${T_rcalls[$1]}" 'BEGIN { printf "%.2f", t / r }'
+}
+target "18 (hot, 8 cl.)" 'Local batches: one hot key, 8 clients, a limit that never binds: tps ≥ 0.8 × tps(`SELECT 1`)' \
+	"$(ratio "${tps[batch_hot.8]:-}" "${tps[s1.8]:-}")" 0.8 x \
+	"$(r=$(ratio "${tps[batch_hot.8]:-}" "${tps[batch_hot_off.8]:-}") && [[ -n $r ]] && echo "($r × batches off)")"
+target "18 (calls, 8 cl.)" 'Local batches: the same row, calls per Redis script call ≥ 20 (Redis calls per admission ≤ 1/20)' \
+	"$(per_call batch_hot.8)" 20 x \
+	"$(r=$(per_call batch_hot_off.8) && [[ -n $r ]] && echo "(batches off: $r)")"
+for c in "${clients[@]}"; do
+	target "18 (binds, $c cl.)" 'Local batches: the same key with a limit that binds: tps ≥ tps with batches off' \
+		"$(ratio "${tps[batch_bind.$c]:-}" "${tps[batch_bind_off.$c]:-}")" 1 x \
+		"$(a=$(per_call "batch_bind.$c") && b=$(per_call "batch_bind_off.$c") && [[ -n $a$b ]] && echo "(calls per Redis script call: ${a:-?} on, ${b:-?} off)")"
+	target "18 (many, $c cl.)" 'Local batches: many keys, each called rarely: batches on cost at most 3 % (tps ≥ 0.97 × batches off, the many row)' \
+		"$(ratio "${tps[batch_many.$c]:-}" "${tps[many.$c]:-}")" 0.97 x \
+		"$(r=$(per_call "batch_many.$c") && [[ -n $r ]] && echo "(calls per Redis script call: $r)")"
 done
 mem_growth_kb=
 if [[ -n $mem_ok ]]; then
