@@ -16,6 +16,8 @@ SELECT rl_allow('b', 1, '1 minute', NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT rl_peek('b', 1, NULL);
 \echo :LAST_ERROR_SQLSTATE
+SELECT rl_batch_held(NULL, 1, '1 minute');
+\echo :LAST_ERROR_SQLSTATE
 SELECT rl_reset(NULL);
 \echo :LAST_ERROR_SQLSTATE
 
@@ -45,6 +47,10 @@ SELECT rl_attempt('b', 10, '1 year');
 SELECT rl_attempt('b', 10, '3651 days');
 \echo :LAST_ERROR_SQLSTATE
 SELECT rl_peek('b', 10, '1 mon');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_batch_held('b', 0, '1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rl_batch_held('b', 10, '-1 second');
 \echo :LAST_ERROR_SQLSTATE
 SELECT rl_attempt('', 10, '1 minute');
 \echo :LAST_ERROR_SQLSTATE

@@ -84,3 +84,13 @@ AS 'MODULE_PATHNAME', 'slidewin_refund_all'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION rl_refund_all(text[], text) IS
 'Give back, now, the units of every key''s entry that ticket (from rl_attempt_all) names; keys are the call''s, in its order. Returns how many keys had units given back: 0 when there was nothing left to give back (given back already, rolled back, reset, or out of the window).';
+
+-- What this server's local batches of a key hold unused (issue 40): rl_peek,
+-- as Redis, counts a batch's units as used from its reserve until the
+-- worker gives the rest back. The caller names the key, as for rl_peek.
+CREATE FUNCTION rl_batch_held(key text, lim bigint, win interval)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'slidewin_batch_held'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION rl_batch_held(text, bigint, interval) IS
+'The units this server''s local batches (slidewin.local_batch) of the sliding-log key with this lim and win hold and have not used yet: rl_peek counts them as used, as Redis does, until they are used or given back. 0 when this server holds none.';

@@ -29,6 +29,7 @@
 #include "fallback_block.h"
 #include "fallback_carry.h"
 #include "lease.h"
+#include "local_batch.h"
 #include "redis_tls.h"
 #include "result.h"
 #include "settings.h"
@@ -43,6 +44,7 @@ PG_MODULE_MAGIC;
 PG_FUNCTION_INFO_V1(slidewin_attempt);
 PG_FUNCTION_INFO_V1(slidewin_allow);
 PG_FUNCTION_INFO_V1(slidewin_peek);
+PG_FUNCTION_INFO_V1(slidewin_batch_held);
 PG_FUNCTION_INFO_V1(slidewin_reset);
 PG_FUNCTION_INFO_V1(slidewin_enforce_fn);
 PG_FUNCTION_INFO_V1(slidewin_wait);
@@ -233,6 +235,20 @@ slidewin_peek(PG_FUNCTION_ARGS)
 	policy_run(policy_from_name(opt_text(fcinfo, 3), "on_redis_error"), &args, &o,
 			   redis_store_peek, outage_fallback_peek);
 	return result_datum(fcinfo, &args, &o);
+}
+
+/*
+ * rl_batch_held(key, lim, win): the units this server's local batches of the
+ * key hold unused (rl_peek counts them as used, as Redis does).
+ */
+Datum
+slidewin_batch_held(PG_FUNCTION_ARGS)
+{
+	RlArgs		args;
+
+	limit_check_args(fcinfo, false, &args);
+	args.algorithm = ALGO_SLIDING_LOG;
+	PG_RETURN_INT64(local_batch_held(&args));
 }
 
 /* rl_attempt_multi(key, lims, wins, cost, on_redis_error, refund_on_abort) */

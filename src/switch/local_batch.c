@@ -453,6 +453,29 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	return true;
 }
 
+int64
+local_batch_held(const RlArgs *args)
+{
+	BatchKey	k;
+	int64		held = 0;
+
+	if (shared == NULL)
+		return 0;
+	batch_key(args, &k);
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < BATCH_SLOTS; i++)
+	{
+		const BatchSlot *s = &shared->slots[i];
+
+		if (s->state != SLOT_FREE && slot_matches(s, args, &k))
+			held += s->left;
+	}
+	LWLockRelease(shared->lock);
+	pfree(k.log);
+	pfree(k.ledger);
+	return held;
+}
+
 void
 local_batch_end_key(const RlArgs *args)
 {

@@ -36,4 +36,11 @@ extern bool local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r
  */
 extern void local_batch_end_key(const RlArgs *args);
 
+/*
+ * rl_batch_held: the units this server's batches of the key (with this lim
+ * and win, under the caller's redis_url) hold and have not used yet, the
+ * ones a worker is giving back included; 0 without batches.
+ */
+extern int64 local_batch_held(const RlArgs *args);
+
 #endif							/* SLIDEWIN_LOCAL_BATCH_H */

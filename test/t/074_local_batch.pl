@@ -283,6 +283,15 @@ EOS
 	is($e[0][1], 1, 'the first call went to Redis alone (one unit of its own)');
 	cmp_ok(scalar @batches, '>=', 1, 'then the key reserved a batch');
 	cmp_ok($_->[1], '<=', 50, "a batch of $_->[1] units, no more than slidewin.local_batch") for @batches;
+	# what A's batches hold unused: all they reserved but the 3 of the 5
+	# calls they served (the first two went alone)
+	my $held = $sa->query_safe(q{SELECT rl_batch_held('back', 100, '1 hour')});
+	is($held, $counted - 5, "rl_batch_held on the server holding the batch: its unused units ($held)")
+	  if time - $t0 < $d;
+	is($sb->query_safe(q{SELECT rl_batch_held('back', 100, '1 hour')}), '0',
+		'rl_batch_held on the other server: none');
+	is($sa->query_safe(q{SELECT rl_batch_held('back', 100, '1 minute')}), '0',
+		'rl_batch_held of the key with another window: none');
 	my $mid = $sb->query_safe(q{SELECT remaining FROM rl_peek('back', 100, '1 hour')});
 	my $t_mid = time - $t0;
 	# (on a machine too busy to ask within d, the batch may have ended)
@@ -295,6 +304,16 @@ EOS
 	# d, a round trip, and 0.15 s for a worker woken late by a busy machine
 	cmp_ok($back, '<=', $d + 0.15, sprintf('they were back within d + 0.15 s (%.3f s)', $back));
 	cmp_ok($back, '>=', $d, sprintf('and not before the batch ended (%.3f s)', $back));
+	# the worker frees the batch once Redis has taken the rest back
+	my $held_after = $sa->query_safe(q{
+		DO $$ BEGIN
+		  FOR i IN 1 .. 200 LOOP
+		    EXIT WHEN rl_batch_held('back', 100, '1 hour') = 0;
+		    PERFORM pg_sleep(0.005);
+		  END LOOP;
+		END $$;
+		SELECT rl_batch_held('back', 100, '1 hour')});
+	is($held_after, '0', 'once given back, the batch holds nothing');
 
 	# after the batch's end, a call asks Redis again (alone, or for a small
 	# batch: the key's rate fell while it waited)
