@@ -292,6 +292,12 @@ EOS
 		'rl_batch_held on the other server: none');
 	is($sa->query_safe(q{SELECT rl_batch_held('back', 100, '1 minute')}), '0',
 		'rl_batch_held of the key with another window: none');
+	# rl_headers on the other server: r promises none of A's batch
+	my $hdr = $sb->query_safe(q{SELECT rl_headers(p)->>'RateLimit' FROM rl_peek('back', 100, '1 hour') p});
+	my ($r_hdr) = $hdr =~ /;r=(\d+)/;
+	cmp_ok($r_hdr // 999, '<=', 100 - $counted,
+		"rl_headers on the other server promises no unit A's batch holds ($hdr)")
+	  if time - $t0 < $d;
 	my $mid = $sb->query_safe(q{SELECT remaining FROM rl_peek('back', 100, '1 hour')});
 	my $t_mid = time - $t0;
 	# (on a machine too busy to ask within d, the batch may have ended)
