@@ -7,7 +7,9 @@
 # every concurrency slot held, each with its time. Then, offline, it checks
 # every window of every key against the bound the documentation gives
 # (doc/failure-modes.md, "Exact across an outage"; doc/semantics.md,
-# "Concurrency slots"). It never changes what it tests: it only calls it.
+# "Concurrency slots" and "Local batches"). It never changes what it tests:
+# it only calls it (class b's calls through soak_burst, a plpgsql function it
+# creates that reads the clock around each call).
 #
 #   use SlidewinSoak;
 #   SlidewinSoak::run(seconds => 55);   # TAP checks through Test::More
