@@ -30,7 +30,10 @@
  *	   the worker of this file, which wakes at the earliest deadline. A
  *	   slot in the worker's hands (SLOT_ENDING) is never taken from. If the
  *	   refund cannot be sent, the units stay counted until the entry leaves
- *	   the window: the error denies, never admits.
+ *	   the window: the error denies, never admits. A batch is kept only
+ *	   while the worker runs: one made while none does (between a worker's
+ *	   exit and its restart) gives its rest back at once and is never taken
+ *	   from, and no batch is asked for in single-user mode, which has none.
  *
  *	3. A batch is never asked for more than slidewin.local_batch units nor
  *	   more than the limit; Redis gives the window's rest when it has fewer
@@ -224,7 +227,8 @@ local_batch_applies(const RlArgs *args)
 {
 	int64		now;
 
-	return shared != NULL && slidewin_local_batch > 0 &&
+	/* no worker, no batch (rule 2): none runs in single-user mode */
+	return shared != NULL && IsUnderPostmaster && slidewin_local_batch > 0 &&
 		args->algorithm == ALGO_SLIDING_LOG && !args->force &&
 		Min(slidewin_local_batch, args->lim) > args->cost &&
 		!redis_target_is_cluster() && !limit_test_clock(&now);
@@ -410,7 +414,12 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	if (k.loglen + k.ledgerlen <= BATCH_KEY_BYTES)
 	{
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		for (int i = 0; i < BATCH_SLOTS && free_slot < 0; i++)
+
+		/*
+		 * Kept only while a worker runs to give its rest back (rule 2); else
+		 * it is given back below at once, and must then not be taken from.
+		 */
+		for (int i = 0; i < BATCH_SLOTS && free_slot < 0 && shared->worker_latch; i++)
 			if (shared->slots[i].state == SLOT_FREE)
 				free_slot = i;
 		if (free_slot >= 0)
@@ -580,6 +589,18 @@ end_batches(void)
 	return next > now ? (long) ((next - now + 999) / 1000) : 0;
 }
 
+/* The worker leaves: batches made from now on are given back at once. */
+static void
+worker_gone(int code, Datum arg)
+{
+	/* an error may have left the lock held; nothing else is, in this worker */
+	LWLockReleaseAll();
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	if (shared->worker_latch == MyLatch)
+		shared->worker_latch = NULL;
+	LWLockRelease(shared->lock);
+}
+
 void
 slidewin_batch_worker_main(Datum arg)
 {
@@ -592,6 +613,7 @@ slidewin_batch_worker_main(Datum arg)
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	shared->worker_latch = MyLatch;
 	LWLockRelease(shared->lock);
+	before_shmem_exit(worker_gone, (Datum) 0);
 	for (;;)
 	{
 		long		sleep_ms;

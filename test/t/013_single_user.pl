@@ -48,6 +48,24 @@ is_deeply(\@allowed, [ 't', 'f' ], 'and Redis counts its calls: the third of lim
 unlike($err, qr/ERROR/, 'no error in single-user mode') or diag($err);
 is($redis->cli('zcard', 'slidewin:log:tap:single'), 2, 'two entries in Redis');
 
+# Local batches need their worker to give a batch's unused rest back, and
+# single-user mode starts none. With the library preloaded (so the batch
+# table exists) and batches asked for, every call must still count once: a
+# batch made there used to be given back at once and yet served from, so 30
+# calls of a limit of 10 were all admitted.
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'slidewin'");
+($out, $err) = single(
+	"SET slidewin.local_batch = 1000",
+	"SET slidewin.local_batch_time = '5s'",
+	map { "SELECT allowed FROM rl_attempt('tap:single:batch', 10, '1 hour')" } 1 .. 30);
+@allowed = ($out =~ /allowed = "(\w+)"/g);
+is(scalar(@allowed), 30, 'single-user mode with batches asked for: 30 calls answered')
+  or diag("stdout:\n$out\nstderr:\n$err");
+is(scalar(grep { $_ eq 't' } @allowed), 10, 'and exactly the limit, 10, admitted');
+unlike($err, qr/ERROR/, 'no error with batches asked for in single-user mode') or diag($err);
+is($redis->cli('zcard', 'slidewin:log:tap:single:batch'), 10,
+	'each admission has its own entry in Redis: no batch was made');
+
 # With Redis gone, the call follows its policy there too.
 $redis->stop;
 ($out, $err) = single(
