@@ -11,6 +11,7 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 #include "compat.h"
 #include "result.h"
@@ -96,9 +97,27 @@ result_datum_ticket(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome
 	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
 	Datum		values[RESULT_MAX_COLUMNS];
 	bool		nulls[RESULT_MAX_COLUMNS];
+	Oid			typid = InvalidOid;
 
-	/* The row type is looked up once per call site, not once per call. */
-	if (tupdesc == NULL)
+	/*
+	 * Called from a query, the row type is the call's result type, and the
+	 * type cache keeps its descriptor: read there, not copied and blessed
+	 * anew, which a prepared statement would pay at each execution (its
+	 * FmgrInfo, fn_extra with it, is made again each time). The descriptor
+	 * is used at once, before anything could invalidate it.
+	 */
+	if (tupdesc == NULL && fcinfo->flinfo->fn_expr != NULL)
+		typid = get_fn_expr_rettype(fcinfo->flinfo);
+	if (OidIsValid(typid) && typid != RECORDOID)
+	{
+		TypeCacheEntry *tc = lookup_type_cache(typid, TYPECACHE_TUPDESC);
+
+		if (tc->tupDesc == NULL)
+			elog(ERROR, "return type must be a row type");
+		tupdesc = tc->tupDesc;
+	}
+	/* Otherwise it is looked up once per call site, not once per call. */
+	else if (tupdesc == NULL)
 	{
 		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
 
