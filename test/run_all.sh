@@ -445,7 +445,7 @@ run_tap_suite() {
 		014_attempt_all 101_cluster_moves 090_sentinel 110_stats 100_cluster
 		064_misconf 016_attempt_all_fallback 012_recovery 010_concurrency
 		131_example_fastapi 130_example_express 132_headers_all_sfv
-		060_standby_known_denials 075_batch_fairness)
+		060_standby_known_denials 075_batch_fairness 105_cluster_batch)
 	local -A is_slow=()
 	for t in "${slow[@]}"; do
 		is_slow[$t]=1

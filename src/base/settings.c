@@ -388,7 +388,7 @@ settings_define(const SettingsHooks *hooks)
 	DefineCustomIntVariable("slidewin.local_batch",
 							gettext_noop("Most units a sliding_log call reserves from Redis at once, for this server's backends to use without a round trip (0: off)."),
 							gettext_noop("Needs shared_preload_libraries = 'slidewin'; without it, and under "
-										 "Redis Cluster or slidewin.test_now, batches are off."),
+										 "slidewin.test_now, batches are off."),
 							&slidewin_local_batch,
 							0, 0, 1000000,
 							PGC_USERSET,

@@ -41,10 +41,17 @@
  *	   call alone below that. A batch never denies what the call alone would
  *	   have been admitted.
  *
- *	4. Batches are off without shared_preload_libraries, under Redis
- *	   Cluster, under slidewin.test_now, in shadow mode, and for every
- *	   algorithm but sliding_log. A call served from a batch records no
- *	   entry of its own: it has no ticket and no refund on abort.
+ *	4. Batches are off without shared_preload_libraries, under
+ *	   slidewin.test_now, in shadow mode, and for every algorithm but
+ *	   sliding_log. A call served from a batch records no entry of its
+ *	   own: it has no ticket and no refund on abort. Under Redis Cluster
+ *	   they work as on one server: the reserve is an attempt as the store
+ *	   sends it there (the key's ledger and block key kept beside its log,
+ *	   so a migrating slot holds all of them or none; rl_attempt_all over
+ *	   several slots counts the batch's entry as any other), and the
+ *	   worker's refund is routed to the master of the key's slot as any
+ *	   command is, following MOVED and ASK. The worker reaches the cluster
+ *	   that the server's own slidewin.redis_url names.
  *
  *	5. A batch is sized from the key's recent rate on this server (the
  *	   demand table below): about the units this server's calls of the key
@@ -231,7 +238,7 @@ local_batch_applies(const RlArgs *args)
 	return shared != NULL && IsUnderPostmaster && slidewin_local_batch > 0 &&
 		args->algorithm == ALGO_SLIDING_LOG && !args->force &&
 		Min(slidewin_local_batch, args->lim) > args->cost &&
-		!redis_target_is_cluster() && !limit_test_clock(&now);
+		!limit_test_clock(&now);
 }
 
 /* The batch's keys of args (palloc'd), and the hash a slot is found by. */

@@ -20,6 +20,11 @@
 /*
  * Reserve up to want units (at least args->cost) of args' sliding log as
  * one entry scored ahead_us after Redis's now (log_attempt.lua, flag 'b').
+ * Under Redis Cluster it sends what an ordinary attempt sends there (flag
+ * 'k': the ledger and the block key are kept beside the log), so that a
+ * slot being migrated finds all of the key's structures or none; the entry
+ * it writes is then read by every script of the key, rl_attempt_all over
+ * several slots included, as any other.
  * True with *o filled in, as an attempt of *taken units; *taken is 0 on a
  * denial, which is the denial a call of args->cost units would get. False
  * when Redis cannot answer now, or answered what the script could not have.
@@ -53,8 +58,8 @@ redis_store_batch_attempt(const RlArgs *args, int64 want, int64 ahead_us,
 	argv[0] = lim;
 	argv[1] = win;
 	argv[2] = most;
-	/* batches are off under Redis Cluster and the test clock */
-	argv[3] = "b";
+	/* batches are off under the test clock: Redis TIME */
+	argv[3] = redis_target_is_cluster() ? "bk" : "b";
 	argv[4] = "";
 	argv[5] = ahead;
 	argv[6] = least;
@@ -102,8 +107,12 @@ redis_store_batch_attempt(const RlArgs *args, int64 want, int64 ahead_us,
 /*
  * Give back part of the units of the entry (ts, cost) of a sliding log,
  * named by its Redis keys, now (no test clock: batches are off under it).
- * True with *given set when Redis answered; false when it could not answer
- * now, or answered what the refund script could not have.
+ * Routed like any command: under Redis Cluster to the master of the keys'
+ * slot, following MOVED and ASK (a slot moved since the reserve). Nothing
+ * to keep: the reserve under Cluster made the ledger beside the log, and
+ * the refund writes no other key. True with *given set when Redis
+ * answered; false when it could not answer now, or answered what the
+ * refund script could not have.
  */
 bool
 redis_store_refund_part(const char *rkey, int rkeylen, const char *lkey, int lkeylen,
