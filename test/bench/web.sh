@@ -2,7 +2,7 @@
 # make bench-web: slidewin in a real web route, beside the limiters web
 # developers use, in one Express app (test/bench/web/app.js) on one Redis.
 #
-#   bash test/bench/web.sh           full run: 8 routes x {many keys, one hot
+#   bash test/bench/web.sh           full run: 9 routes x {many keys, one hot
 #                                    key} x {8, 32} connections, BENCH_WEB_SECONDS
 #                                    each (default 5): about 3 minutes. Prints a
 #                                    markdown table, writes it to
@@ -17,7 +17,9 @@
 # RateLimiterRedis and express-rate-limit with rate-limit-redis (both through
 # ioredis); one row read by primary key alone; and the row with the limit:
 # slidewin in the same statement, each peer with its Redis call before the
-# query. The limit never binds: this measures what limiting costs.
+# query; and slidewin's statement again on connections with local batches
+# on (slidewin.local_batch), which a hot key's calls share in shared memory.
+# The limit never binds: this measures what limiting costs.
 # autocannon drives each route (test/bench/web/drive.js), which also reads
 # from /proc the CPU that the app, PostgreSQL's processes and Redis used
 # during the run; the table gives it per 1,000 requests.
@@ -45,7 +47,7 @@ case ${1:-} in
 esac
 secs=${BENCH_WEB_SECONDS:-5}
 [[ $secs =~ ^[1-9][0-9]*$ ]] || { echo "web.sh: BENCH_WEB_SECONDS must be a positive whole number" >&2; exit 2; }
-routes=(none sw rlf erl row sw-row rlf-row erl-row)
+routes=(none sw rlf erl row sw-row rlf-row erl-row swb-row)
 if ((smoke)); then
 	secs=1
 	conns=(8)
@@ -162,7 +164,8 @@ status=0
 perl -MJSON::PP -e '
 	my %name = (none => "no limiting", sw => "slidewin", rlf => "rate-limiter-flexible",
 		erl => "express-rate-limit", row => "row read alone", "sw-row" => "row + slidewin, one statement",
-		"rlf-row" => "rate-limiter-flexible, then the row", "erl-row" => "express-rate-limit, then the row");
+		"rlf-row" => "rate-limiter-flexible, then the row", "erl-row" => "express-rate-limit, then the row",
+		"swb-row" => "row + slidewin, one statement, local batches on");
 	my (@r, %rps, $bad);
 	while (<>) { my $x = decode_json($_); push @r, $x; $rps{"$x->{keys}/$x->{connections}/$x->{route}"} = $x->{rps} }
 	print "| keys | conns | route | req/s | p50 ms | p99 ms | CPU s per 1,000 req: app / PostgreSQL / Redis | not 200 |\n";
@@ -180,12 +183,12 @@ perl -MJSON::PP -e '
 		my $c = "$x->{keys}/$x->{connections}";
 		next if $seen{$c}++;
 		my ($sw, $f, $e) = map { $rps{"$c/$_"} } qw(sw-row rlf-row erl-row);
-		my ($lsw, $lf, $le) = map { $rps{"$c/$_"} } qw(sw rlf erl);
+		my ($lsw, $lf, $le, $swb) = map { $rps{"$c/$_"} } qw(sw rlf erl swb-row);
 		next unless $sw && $f && $e;
 		my $peer = $f > $e ? $f : $e;
-		printf "- %s, %s connections: read a row and limit: slidewin %.2f x the faster peer (target >= 1.0: %s); limit only: slidewin %.2f x rate-limiter-flexible, %.2f x express-rate-limit\n",
+		printf "- %s, %s connections: read a row and limit: slidewin %.2f x the faster peer (target >= 1.0: %s)%s; limit only: slidewin %.2f x rate-limiter-flexible, %.2f x express-rate-limit\n",
 			($x->{keys} eq "hot" ? "one hot key" : "many keys"), $x->{connections}, $sw / $peer, ($sw / $peer >= 1.0 ? "met" : "not met"),
-			$lsw / $lf, $lsw / $le;
+			($swb ? sprintf(", with local batches on %.2f x", $swb / $peer) : ""), $lsw / $lf, $lsw / $le;
 	}
 	exit($bad ? 3 : 0);
 ' "$results" >"$table" || status=$?

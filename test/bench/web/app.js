@@ -13,6 +13,10 @@
 //                       prepared statement
 //   GET /rlf-row/:k     rate-limiter-flexible, then the row
 //   GET /erl-row/:k     express-rate-limit, then the row
+//   GET /swb-row/:k     as /sw-row, on connections that turn local batches
+//                       on (slidewin.local_batch = 1000, local_batch_time =
+//                       20 ms): a hot key's admissions come from the
+//                       server's shared memory, without a round trip to Redis
 //
 // :k is the key the limit is counted under (the tenant); the row read is
 // items.id = hash of k modulo the table's rows. Each answer carries the
@@ -49,6 +53,11 @@ const items = env('ITEMS', 10000);
 
 const pool = new Pool({ max: poolSize });
 pool.on('error', (err) => console.error('idle database connection failed:', err.message));
+const batchPool = new Pool({
+  max: poolSize,
+  options: '-c slidewin.local_batch=1000 -c slidewin.local_batch_time=20ms',
+});
+batchPool.on('error', (err) => console.error('idle database connection failed:', err.message));
 const redis = new Redis({ host: '127.0.0.1', port: redisPort, enableOfflineQueue: true });
 redis.on('error', (err) => console.error('redis:', err.message));
 
@@ -111,12 +120,12 @@ app.get('/none/:k', (req, res) => res.json({ ok: true }));
 
 app.get('/row/:k', (req, res) => readRow(req.params.k, res).catch((e) => fail(res, e)));
 
-async function slidewin(req, res, withRow) {
-  const k = `bench-sw:${req.params.k}`;
+async function slidewin(req, res, withRow, batched = false) {
+  const k = `${batched ? 'bench-swb' : 'bench-sw'}:${req.params.k}`;
   const q = withRow
     ? { ...swRowSql, values: [k, limit, windowText, rowOf(req.params.k)] }
     : { ...swSql, values: [k, limit, windowText] };
-  const { rows } = await pool.query(q);
+  const { rows } = await (batched ? batchPool : pool).query(q);
   res.set(rows[0].headers);
   if (!rows[0].allowed) {
     res.status(429).json({ error: 'too many requests' });
@@ -126,6 +135,7 @@ async function slidewin(req, res, withRow) {
 }
 app.get('/sw/:k', (req, res) => slidewin(req, res, false).catch((e) => fail(res, e)));
 app.get('/sw-row/:k', (req, res) => slidewin(req, res, true).catch((e) => fail(res, e)));
+app.get('/swb-row/:k', (req, res) => slidewin(req, res, true, true).catch((e) => fail(res, e)));
 
 // rate-limiter-flexible: consume() resolves when admitted and rejects with
 // the limiter's result when not (or with an Error when Redis failed).
@@ -151,6 +161,6 @@ app.get('/erl-row/:k', erl('bench-erl-row:'),
   (req, res) => readRow(req.params.k, res).catch((e) => fail(res, e)));
 
 const server = app.listen(port, '127.0.0.1', () => console.log(`listening on ${port}`));
-const stop = () => server.close(() => Promise.allSettled([pool.end(), redis.quit()]).then(() => process.exit(0)));
+const stop = () => server.close(() => Promise.allSettled([pool.end(), batchPool.end(), redis.quit()]).then(() => process.exit(0)));
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
