@@ -40,7 +40,8 @@
 #
 # Also: make_ca/make_leaf (throwaway certificates), start_sentinel and
 # sentinel_cli (Redis Sentinel, plain or TLS), start_cluster and
-# cluster_masters (Redis Cluster), wait_for (poll a condition).
+# cluster_masters and cluster_tag (Redis Cluster), wait_for (poll a
+# condition), fullest_window (the fullest window of timed admissions).
 
 package SlidewinTest;
 
@@ -512,6 +513,47 @@ sub cluster_masters
 {
 	my ($c) = @_;
 	return grep { $_->alive && scalar($_->cli('role')) =~ /^master/ } @{ $c->{nodes} };
+}
+
+# cluster_tag($key): the hash tag slidewin puts after the prefix of a key's
+# Redis keys under Cluster, '{' and the 32-bit FNV-1a of the key in eight
+# hex digits '}' (src/store/redis/store_redis.c), so that a test can name
+# the keys of one user key: 'slidewin:' . cluster_tag($k) . "log:$k".
+sub cluster_tag
+{
+	my ($key) = @_;
+	my $h = 2166136261;
+	for my $b (unpack 'C*', $key)
+	{
+		$h ^= $b;
+		$h = ($h * 16777619) % 4294967296;
+	}
+	return sprintf '{%08x}', $h;
+}
+
+# fullest_window(\@brackets, $win): the most admissions any window of $win
+# seconds held, each admission given as [t0, t1], the clock before and after
+# its call (its unit was used at some moment between). Each window (t - win,
+# t] is taken to end at some call's t1, and an admission counts in it only if
+# its whole bracket lies inside, so that no window is over-counted by the
+# uncertainty of when a unit was used.
+sub fullest_window
+{
+	my ($c, $win) = @_;
+	my @by_end = sort { $a->[1] <=> $b->[1] } @$c;
+	my $max = 0;
+	for my $i (0 .. $#by_end)
+	{
+		my $t = $by_end[$i][1];
+		my $in = 0;
+		for (my $j = $i; $j >= 0; $j--)
+		{
+			last if $by_end[$j][1] <= $t - $win;
+			$in++ if $by_end[$j][0] > $t - $win;
+		}
+		$max = $in if $in > $max;
+	}
+	return $max;
 }
 
 # Let END blocks (ours, Cluster's) run when a harness timeout or ^C stops us,

@@ -150,17 +150,8 @@ sub run_checks
 }
 
 # The Redis key of a user key's sliding log under Cluster (see TAP 100).
-sub fnv
-{
-	my ($s) = @_;
-	my $h = 2166136261;
-	for my $c (unpack 'C*', $s)
-	{
-		$h ^= $c;
-		$h = ($h * 16777619) % 4294967296;
-	}
-	return sprintf '%08x', $h;
-}
+# the eight hex digits of the key's Cluster hash tag
+sub fnv { return substr(SlidewinTest::cluster_tag($_[0]), 1, 8) }
 
 # --- one Redis ------------------------------------------------------------------
 my $redis = SlidewinTest::start_redis();

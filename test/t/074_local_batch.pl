@@ -111,21 +111,7 @@ sub fullest_window
 			push @c, [ $t0, $t1 ];
 		}
 	}
-	# each window (t - win, t] ends at some call's t1
-	my @by_end = sort { $a->[1] <=> $b->[1] } @c;
-	my $max = 0;
-	for my $i (0 .. $#by_end)
-	{
-		my $t = $by_end[$i][1];
-		my $in = 0;
-		for (my $j = $i; $j >= 0; $j--)
-		{
-			last if $by_end[$j][1] <= $t - $win;
-			$in++ if $by_end[$j][0] > $t - $win;
-		}
-		$max = $in if $in > $max;
-	}
-	return ($max, scalar @c);
+	return (SlidewinTest::fullest_window(\@c, $win), scalar @c);
 }
 
 # pgbench on each of @nodes at once, 8 clients, with $opts in PGOPTIONS,

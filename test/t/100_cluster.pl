@@ -39,17 +39,8 @@ sub holder
 }
 
 # The Redis key of a user key's sliding log: prefix, {fnv1a32 hex}, log:KEY.
-sub fnv
-{
-	my ($s) = @_;
-	my $h = 2166136261;
-	for my $b (unpack 'C*', $s)
-	{
-		$h ^= $b;
-		$h = ($h * 16777619) % 4294967296;
-	}
-	return sprintf '%08x', $h;
-}
+# the eight hex digits of the key's Cluster hash tag
+sub fnv { return substr(SlidewinTest::cluster_tag($_[0]), 1, 8) }
 sub logkey { my ($k, $p) = @_; return ($p // 'slidewin:') . '{' . fnv($k) . "}log:$k" }
 
 # rl_check: a row per seed node of the URL, each usable.

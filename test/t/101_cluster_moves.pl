@@ -33,12 +33,8 @@ $node->safe_psql('postgres',
 
 sub masters { return SlidewinTest::cluster_masters($cluster) }
 sub node_id { return scalar $_[0]->cli('cluster', 'myid') }
-sub fnv
-{
-	my $h = 2166136261;
-	for my $b (unpack 'C*', $_[0]) { $h = (($h ^ $b) * 16777619) % 4294967296 }
-	return sprintf '%08x', $h;
-}
+# the eight hex digits of the key's Cluster hash tag
+sub fnv { return substr(SlidewinTest::cluster_tag($_[0]), 1, 8) }
 sub logkey { return 'slidewin:{' . fnv($_[0]) . "}log:$_[0]" }
 sub holder
 {

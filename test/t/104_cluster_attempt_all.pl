@@ -46,17 +46,8 @@ my $node = SlidewinTest::new_node('xslot', undef,
 
 sub run_sql { return SlidewinTest::node_sql($node, @_) }
 
-sub fnv
-{
-	my ($s) = @_;
-	my $h = 2166136261;
-	for my $b (unpack 'C*', $s)
-	{
-		$h ^= $b;
-		$h = ($h * 16777619) % 4294967296;
-	}
-	return sprintf '%08x', $h;
-}
+# the eight hex digits of the key's Cluster hash tag
+sub fnv { return substr(SlidewinTest::cluster_tag($_[0]), 1, 8) }
 sub logkey { my ($k) = @_; return 'slidewin:{' . fnv($k) . "}log:$k" }
 
 my @masters = SlidewinTest::cluster_masters($cluster);

@@ -35,12 +35,8 @@ my $b_node = SlidewinTest::new_node('cbatch_b', undef, \@conf);
 
 sub masters { return SlidewinTest::cluster_masters($cluster) }
 sub node_id { return scalar $_[0]->cli('cluster', 'myid') }
-sub fnv
-{
-	my $h = 2166136261;
-	for my $b (unpack 'C*', $_[0]) { $h = (($h ^ $b) * 16777619) % 4294967296 }
-	return sprintf '%08x', $h;
-}
+# the eight hex digits of the key's Cluster hash tag
+sub fnv { return substr(SlidewinTest::cluster_tag($_[0]), 1, 8) }
 sub tag    { return 'slidewin:{' . fnv($_[0]) . '}' }
 sub logkey { return tag($_[0]) . "log:$_[0]" }
 sub ledgerkey { return tag($_[0]) . "logr:$_[0]" }
@@ -261,20 +257,7 @@ sub fullest_window
 			push @c, [ split /\|/, $row ];
 		}
 	}
-	my @by_end = sort { $a->[1] <=> $b->[1] } @c;
-	my $max = 0;
-	for my $i (0 .. $#by_end)
-	{
-		my $t = $by_end[$i][1];
-		my $in = 0;
-		for (my $j = $i; $j >= 0; $j--)
-		{
-			last if $by_end[$j][1] <= $t - $win;
-			$in++ if $by_end[$j][0] > $t - $win;
-		}
-		$max = $in if $in > $max;
-	}
-	return ($max, scalar @c);
+	return (SlidewinTest::fullest_window(\@c, $win), scalar @c);
 }
 
 {
