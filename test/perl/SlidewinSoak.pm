@@ -1008,7 +1008,7 @@ sub batch_rules
 		push @shared, $a if !$a->{ticket} || $entry{"$a->{key} $a->{party} $a->{reset}"}++;
 	}
 	ok(!@shared, sprintf('class b: each of the %d fallback admissions has an entry of its own (a ticket and a reset_at of its own), none a batch\'s', scalar @fb))
-	  or diag(join("\n", map { sprintf('  %s %s %s: %s', $_->{key}, $_->{party}, $_->{ticket} ? 'ticket' : 'no ticket', fmt_adm($_, $t0)) }
+	  or diag(join("\n", map { sprintf('  %s %s, reset_at %s, %s: %s', $_->{key}, $_->{party}, $_->{reset}, $_->{ticket} ? 'ticket' : 'no ticket', fmt_adm($_, $t0)) }
 		  @shared[0 .. min(9, $#shared)]));
 
 	# the batches: the calls with no ticket that Redis answered, by reset_at
@@ -1024,7 +1024,8 @@ sub batch_rules
 		my $answered = min(map { $_->{b1} } @$g);
 		push @early, [ $g, $r ] if $r < $first - 0.005 || $r > $answered + 0.005;
 		push @inside, [ $g, $r, $_ ] for grep { $r > $_->[0] + 0.02 && $r < $_->[1] - 0.02 } @away;
-		push @late, [ $g, $r, $_ ] for grep { $_->{b0} > $score + 0.005 } @$g;
+		my $last = max(map { $_->{b0} } @$g);
+		push @late, [ $g, $r, $last - $score ] if $last > $score + 0.005;
 		my $n = grep { my $a = $_; grep { $a->{b0} >= $_->[0] && $a->{b1} <= $_->[1] } @away } @$g;
 		$through++ if $n;
 		$units_away += $n;
@@ -1041,7 +1042,7 @@ sub batch_rules
 	  or diag(join("\n", map { $fmt->(@$_) . sprintf("\n  Redis ran nothing in [%+.3f, %+.3f]", $_->[2][0] - $t0, $_->[2][1] - $t0) }
 		  @inside[0 .. min(4, $#inside)]));
 	ok(!@late, "class b: every unit of a batch was used before the batch's end (its entry's score)")
-	  or diag(join("\n", map { $fmt->(@$_) . sprintf("\n  a use began %.4f s after the batch's end", $_->[2]{b0} - $_->[0][0]{reset} + $cf->{win}) }
+	  or diag(join("\n", map { $fmt->(@$_) . sprintf("\n  a use began %.4f s after the batch's end", $_->[2]) }
 		  @late[0 .. min(4, $#late)]));
 	diag(sprintf('class b, batches and faults: %d batches made, %d of them used while Redis ran nothing (%d units), %d fallback admissions, over %d faults',
 		$batches, $through, $units_away, scalar @fb, scalar @away));
