@@ -633,7 +633,13 @@ sub run
 	# The faults, until the deadline: Redis frozen most of the time (F1's
 	# reproduction under load froze it 1.5 s in every 3.5 s), sometimes
 	# paused, killed and restarted empty, or shut down and started again
-	# with its data (refusing connections meanwhile).
+	# with its data (refusing connections meanwhile). Each fault is kept as
+	# [kind, f0, f1, a0, a1]: f0 just before it was injected and f1 once it
+	# was over (Redis answering again), and [a0, a1] inside that, the time
+	# during which Redis certainly ran no command: from when the signal was
+	# sent, the pause or the shutdown had returned, until just before Redis
+	# was woken or started again (a pause: until f0 plus its length, as it
+	# began after f0).
 	my (@faults, @losses);
 	while (time < $deadline - 4)
 	{
@@ -641,25 +647,31 @@ sub run
 		my $len = 1 + rand(1);
 		my $gap = 1.5 + rand(1);
 		my $f0 = time;
-		my $kind;
+		my ($kind, $a0, $a1);
 		if ($x < 0.7)
 		{
 			$kind = 'frozen';
 			$redis->freeze;
+			$a0 = time;
 			usleep(int($len * 1e6));
+			$a1 = time;
 			$redis->thaw;
 		}
 		elsif ($x < 0.8)
 		{
 			$kind = 'paused';
 			$redis->pause_ms(int($len * 1000));
+			$a0 = time;
+			$a1 = $f0 + int($len * 1000) / 1000;
 			usleep(int($len * 1e6));
 		}
 		elsif ($x < 0.9)
 		{
 			$kind = 'restarted empty';
 			$redis->kill9;
+			$a0 = time;
 			usleep(int($len * 1e6));
+			$a1 = time;
 			$redis->restart;
 			push @losses, [ $f0, time ];
 		}
@@ -668,11 +680,13 @@ sub run
 			$kind = 'down, data kept';
 			$redis->cli('shutdown', 'save');
 			SlidewinTest::wait_for('redis to exit', sub { !$redis->alive }, 20);
+			$a0 = time;
 			usleep(int($len * 1e6));
+			$a1 = time;
 			$redis->restart;
 			unlink($redis->dir . '/dump.rdb');
 		}
-		push @faults, [ $kind, $f0, time ];
+		push @faults, [ $kind, $f0, time, $a0, $a1 ];
 		usleep(int($gap * 1e6));
 	}
 	$redis->thaw;
@@ -705,7 +719,7 @@ sub run
 	diag('faults: ' . join(', ', map { sprintf('%s +%.1f..+%.1f', $_->[0], $_->[1] - $t0, $_->[2] - $t0) } @faults));
 
 	my $data = read_records($dir, scalar @clients);
-	check($data, t0 => $t0, losses => \@losses, faults => \@faults);
+	check($data, t0 => $t0, losses => \@losses, faults => \@faults, seconds => $seconds);
 	for my $n ($n1, $n2)
 	{
 		unlike(PostgreSQL::Test::Utils::slurp_file($n->logfile), qr/PANIC|terminated by signal/, $n->name . ': no crash');
@@ -936,6 +950,112 @@ sub fmt_adm
 	return $s;
 }
 
+# batch_rules(\%bk, $cf, \@faults, $t0, $seconds): the checks of class b
+# that batches are made and used only as local_batch.c's rules allow, from
+# what each admission recorded (%bk: a key's admissions, as check reads
+# them) and the faults' times (run: [kind, f0, f1, a0, a1], Redis running
+# no command in [a0, a1]):
+#
+#  - The fallback store makes no batch and serves none: every admission it
+#    made has an entry of its own, so a ticket, and a reset_at (its entry's
+#    time + win) that no other admission of the key in that database's
+#    fallback store shares (its log keeps its times increasing).
+#  - A batch is reserved only by a Redis that answers. A batch's entry is
+#    scored r + d, r being Redis's time when it reserved (the log keeps its
+#    scores increasing, which could only move a score later, and only by a
+#    microsecond per entry written meanwhile: every earlier entry was written
+#    at most d ahead of a time before r), so r = reset_at - win - d. That r
+#    lies in the bracket of the first use (the call that asked for the batch
+#    used its unit then, every other one after the reply), and never inside
+#    [a0, a1] of a fault.
+#  - A unit of a batch is taken before the batch's deadline, the request's
+#    sending plus d, and so before the entry's score: every use's bracket
+#    starts by then.
+#
+# Redis's TIME and the backends' clock_timestamp() read the same clock of
+# this host, and every time is written to the microsecond, so the margins
+# are small: 5 ms for a reserve against its first use's bracket and for a
+# use against its batch's end (the monotonic clock the deadline is kept on
+# may run apart from the wall clock by a slew of a few hundred parts per
+# million over d), and 20 ms on each side of [a0, a1], for a SIGSTOP or a
+# SIGKILL that lands on Redis after kill() has returned (on a loaded host,
+# when Redis is next scheduled) and a time() read late. batch_over does not
+# check the uses against the batch's end: a unit used after it is counted
+# there only where it puts a window over its bound.
+#
+# It reports how many batches there were, how many had a unit used while
+# Redis ran nothing and how many admissions the fallback store made, and
+# says so when a run exercised either case not at all. The fallback store
+# admits calls of class b in every fault, so a run of 50 s of load (make
+# test's is 55) fails without any. A unit of a live batch used inside a
+# fault is rare: a batch lives d, mostly used by the burst that made it,
+# and the other clients' calls wait for a frozen Redis for
+# slidewin.command_timeout (a 55 s run saw none in 15 faults), so only a
+# run of 300 s or more (make soak's) fails without one.
+sub batch_rules
+{
+	my ($bk, $cf, $faults, $t0, $seconds) = @_;
+	my ($d) = $cf->{batch_time} =~ /^(\d+)ms$/ or die "class b: batch_time $cf->{batch_time} is not in ms";
+	$d /= 1000;
+	my @all = map { @$_ } values %$bk;
+	my @away = map { [ $_->[3], $_->[4] ] } grep { defined $_->[3] } @$faults;
+
+	# the fallback store's admissions: an entry of their own each
+	my (%entry, @shared);
+	my @fb = grep { $_->{store} eq 'fallback' } @all;
+	for my $a (@fb)
+	{
+		push @shared, $a if !$a->{ticket} || $entry{"$a->{key} $a->{party} $a->{reset}"}++;
+	}
+	ok(!@shared, sprintf('class b: each of the %d fallback admissions has an entry of its own (a ticket and a reset_at of its own), none a batch\'s', scalar @fb))
+	  or diag(join("\n", map { sprintf('  %s %s, reset_at %s, %s: %s', $_->{key}, $_->{party}, $_->{reset}, $_->{ticket} ? 'ticket' : 'no ticket', fmt_adm($_, $t0)) }
+		  @shared[0 .. min(9, $#shared)]));
+
+	# the batches: the calls with no ticket that Redis answered, by reset_at
+	my %group;
+	push @{ $group{"$_->{key} $_->{reset}"} }, $_ for grep { $_->{store} eq 'redis' && !$_->{ticket} } @all;
+	my (@early, @inside, @late);
+	my ($through, $units_away) = (0, 0);
+	for my $g (values %group)
+	{
+		my $score = $g->[0]{reset} - $cf->{win};
+		my $r = $score - $d;
+		my $first = min(map { $_->{b0} } @$g);
+		my $answered = min(map { $_->{b1} } @$g);
+		push @early, [ $g, $r ] if $r < $first - 0.005 || $r > $answered + 0.005;
+		push @inside, [ $g, $r, $_ ] for grep { $r > $_->[0] + 0.02 && $r < $_->[1] - 0.02 } @away;
+		my $last = max(map { $_->{b0} } @$g);
+		push @late, [ $g, $r, $last - $score ] if $last > $score + 0.005;
+		my $n = grep { my $a = $_; grep { $a->{b0} >= $_->[0] && $a->{b1} <= $_->[1] } @away } @$g;
+		$through++ if $n;
+		$units_away += $n;
+	}
+	my $batches = scalar keys %group;
+	my $fmt = sub {
+		my ($g, $r) = @_;
+		return sprintf("  batch of %s reserved at %+.4f (reset_at %s), its uses:\n    %s", $g->[0]{key}, $r - $t0, $g->[0]{reset},
+			join("\n    ", map { fmt_adm($_, $t0) } sort { $a->{b0} <=> $b->{b0} } @$g));
+	};
+	ok(!@early, "class b: each of the $batches batches was reserved (reset_at - win - d) within the bracket of its first use")
+	  or diag(join("\n", map { $fmt->(@$_) } @early[0 .. min(4, $#early)]));
+	ok(!@inside, "class b: no batch was reserved while Redis ran no command (" . scalar(@away) . ' faults)')
+	  or diag(join("\n", map { $fmt->(@$_) . sprintf("\n  Redis ran nothing in [%+.3f, %+.3f]", $_->[2][0] - $t0, $_->[2][1] - $t0) }
+		  @inside[0 .. min(4, $#inside)]));
+	ok(!@late, "class b: every unit of a batch was used before the batch's end (its entry's score)")
+	  or diag(join("\n", map { $fmt->(@$_) . sprintf("\n  a use began %.4f s after the batch's end", $_->[2]) }
+		  @late[0 .. min(4, $#late)]));
+	diag(sprintf('class b, batches and faults: %d batches made, %d of them used while Redis ran nothing (%d units), %d fallback admissions, over %d faults',
+		$batches, $through, $units_away, scalar @fb, scalar @away));
+	for my $case ([ $through, 'no batch was used while Redis ran nothing' ], [ scalar @fb, 'the fallback store made no admission of class b' ])
+	{
+		next if $case->[0];
+		diag("class b: $case->[1] in this run: the rules for it went unchecked");
+	}
+	cmp_ok(scalar @fb, '>', 0, 'class b: the fallback store admitted calls') if $seconds >= 50;
+	cmp_ok($through, '>', 0, 'class b: units of a batch were used while Redis ran nothing') if $seconds >= 300;
+	return;
+}
+
 # The resets of each key (sent, returned), for report_over's output.
 my %reset_log;
 
@@ -1081,6 +1201,7 @@ sub check
 		cmp_ok($served, '>', 0, 'class b: calls were served from batches of another call');
 		cmp_ok(($count{'batch class call:redis'} // 0) - ($count{'batch class adm:redis'} // 0), '>', 0,
 			'class b: Redis denied calls (the limit binds)');
+		batch_rules(\%bk, $cf, $o{faults} // [], $t0, $o{seconds} // 0);
 		my ($n, $strict, $fullest, @bover) = (0, 0, 0);
 		for my $k (sort keys %bk)
 		{
