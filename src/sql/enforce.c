@@ -263,6 +263,43 @@ enforce_charge_all(int n, const RlArgs *args, int policy, bool refund, RlOutcome
 }
 
 /*
+ * Raise RL429 with its message, detail and hint: as they are, or (headers
+ * set: slidewin.error_style = postgrest) as PostgREST's raise-an-HTTP-error
+ * convention wants it, the three as JSON in the message and the response's
+ * status and headers (a JSON object) in the detail.
+ */
+SLIDEWIN_NORETURN static void raise_rl429(const char *message, const char *detail,
+										  const char *hint, const char *headers);
+
+static void
+raise_rl429(const char *message, const char *detail, const char *hint, const char *headers)
+{
+	if (headers)
+	{
+		StringInfoData m;
+
+		initStringInfo(&m);
+		appendStringInfoString(&m, "{\"code\":\"RL429\",\"message\":");
+		escape_json(&m, message);
+		appendStringInfoString(&m, ",\"details\":");
+		escape_json(&m, detail);
+		appendStringInfoString(&m, ",\"hint\":");
+		escape_json(&m, hint);
+		appendStringInfoChar(&m, '}');
+		ereport(ERROR,
+				(errcode(ERRCODE_POSTGREST),
+				 errmsg_internal("%s", m.data),
+				 errdetail_internal("{\"status\":429,\"status_text\":\"Too Many Requests\",\"headers\":%s}", headers)));
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_RATE_LIMITED),
+			 errmsg_internal("%s", message),
+			 errdetail_internal("%s", detail),
+			 errhint("%s", hint)));
+	pg_unreachable();
+}
+
+/*
  * The denial error, in slidewin.error_style. Its message, detail and hint
  * may reach an HTTP client (PostgREST passes them on), so they name the key
  * only under slidewin.error_show_key; log_denial names it in the server log.
@@ -303,33 +340,13 @@ raise_denied(const RlArgs *args, const RlOutcome *o, const char *detail_text,
 	}
 	else if (slidewin_error_style == ERROR_STYLE_POSTGREST)
 	{
-		StringInfoData m;
-		StringInfoData d;
+		StringInfoData h;
 
-		initStringInfo(&m);
-		appendStringInfoString(&m, "{\"code\":\"RL429\",\"message\":");
-		escape_json(&m, message);
-		appendStringInfoString(&m, ",\"details\":");
-		escape_json(&m, detail);
-		appendStringInfoString(&m, ",\"hint\":");
-		escape_json(&m, hint);
-		appendStringInfoChar(&m, '}');
-
-		initStringInfo(&d);
-		appendStringInfoString(&d, "{\"status\":429,\"status_text\":\"Too Many Requests\",\"headers\":");
-		denial_headers(&d, o, can_retry, denial_now_us());
-		appendStringInfoChar(&d, '}');
-		ereport(ERROR,
-				(errcode(ERRCODE_POSTGREST),
-				 errmsg_internal("%s", m.data),
-				 errdetail_internal("%s", d.data)));
+		initStringInfo(&h);
+		denial_headers(&h, o, can_retry, denial_now_us());
+		raise_rl429(message, detail, hint, h.data);
 	}
-	ereport(ERROR,
-			(errcode(ERRCODE_RATE_LIMITED),
-			 errmsg_internal("%s", message),
-			 errdetail_internal("%s", detail),
-			 errhint("%s", hint)));
-	pg_unreachable();
+	raise_rl429(message, detail, hint, NULL);
 }
 
 void
@@ -420,28 +437,8 @@ enforce_raise_slots(const RlArgs *key, int64 max, int64 holders, int64 retry_us)
 		detail = d.data;
 	}
 	else if (slidewin_error_style == ERROR_STYLE_POSTGREST)
-	{
-		StringInfoData m;
-
-		initStringInfo(&m);
-		appendStringInfoString(&m, "{\"code\":\"RL429\",\"message\":");
-		escape_json(&m, message);
-		appendStringInfoString(&m, ",\"details\":");
-		escape_json(&m, detail);
-		appendStringInfoString(&m, ",\"hint\":");
-		escape_json(&m, hint);
-		appendStringInfoChar(&m, '}');
-		ereport(ERROR,
-				(errcode(ERRCODE_POSTGREST),
-				 errmsg_internal("%s", m.data),
-				 errdetail_internal("{\"status\":429,\"status_text\":\"Too Many Requests\",\"headers\":%s}", h.data)));
-	}
-	ereport(ERROR,
-			(errcode(ERRCODE_RATE_LIMITED),
-			 errmsg_internal("%s", message),
-			 errdetail_internal("%s", detail),
-			 errhint("%s", hint)));
-	pg_unreachable();
+		raise_rl429(message, detail, hint, h.data);
+	raise_rl429(message, detail, hint, NULL);
 }
 
 /*
