@@ -143,6 +143,7 @@ shmem_attach(void *p, bool found)
 		pg_atomic_init_u64(&outage_shared->epoch, 1);
 		pg_atomic_init_u64(&outage_shared->prepared_gen, 1);
 		pg_atomic_init_u64(&outage_shared->announce_seq, 1);
+		pg_atomic_init_u32(&outage_shared->marks_set, 0);
 		for (int i = 0; i < slidewin_outage_keys; i++)
 		{
 			memset(&outage_shared->slots[i], 0, sizeof(OutageSlot));

@@ -71,6 +71,7 @@ typedef struct OutageShared
 	pg_atomic_uint64 epoch;		/* moves on every fallback admission */
 	pg_atomic_uint64 prepared_gen;	/* moves at every COMMIT PREPARED */
 	pg_atomic_uint64 announce_seq;	/* numbers the fallback calls' announcements */
+	pg_atomic_uint32 marks_set;	/* marks with seq1 set, or being set or cleared */
 	PendingMark *marks;			/* one per process (outage_marks_n), after the slots */
 	OutageSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } OutageShared;
