@@ -98,3 +98,17 @@ for k in quota:a quota:b quota:c; do
 		fi
 	done
 done
+# scripts a master has run so far (FCALL and EVALSHA)
+master_calls() {
+	cli -p "$1" INFO commandstats | tr -d '\r' |
+		awk -F'[:,=]' '$1 ~ /^cmdstat_(fcall|evalsha)$/ {
+			for (i = 2; i < NF; i += 2) if ($i == "calls") n += $(i + 1) } END { print n + 0 }'
+}
+sql -c "SELECT rl_attempt('budget:c', 1000000, '1 minute')" >/dev/null
+hp=$(holder budget:c)
+before=$(master_calls "$hp")
+admitted=$(sql -c "SET slidewin.local_batch = 100; SET slidewin.local_batch_time = '50ms';
+	SELECT count(*) FILTER (WHERE (r).allowed)
+	  FROM generate_series(1, 2000) g, rl_attempt('budget:c', 1000000, '1 minute', 1 + 0 * g) r" | tail -n 1)
+echo "Local batches (scene 16) under Cluster: 2,000 calls of one hot key with local_batch = 100:"
+echo "   $admitted admitted, $(($(master_calls "$hp") - before)) scripts run on its master (port $hp), which holds the batches' entries."
