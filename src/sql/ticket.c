@@ -93,6 +93,18 @@ static bool secret_valid = false;
 static bool mac_keyed = false;	/* the states of hmac() are of this secret */
 static bool callback_registered = false;
 
+/*
+ * The last key tagged, and its tag: a hot key's calls sign a ticket each,
+ * and its tag is one HMAC of the two a ticket costs. Kept for keys up to
+ * TAG_CACHE_KEY bytes; a new secret empties it (load_secret).
+ */
+#define TAG_CACHE_KEY 256
+#define TAG_CACHE_LEN 8
+static uint8 tag_cache_key[TAG_CACHE_KEY];
+static size_t tag_cache_keylen = 0;
+static uint8 tag_cache[TAG_CACHE_LEN];
+static bool tag_cache_valid = false;
+
 static void
 forget_secret(Datum arg, Oid relid)
 {
@@ -135,6 +147,7 @@ load_secret(void)
 		{
 			memcpy(secret, VARDATA_ANY(b), SECRET_LEN);
 			mac_keyed = false;
+			tag_cache_valid = false;
 		}
 		found = true;
 		break;
@@ -234,11 +247,26 @@ key_tag(const RlArgs *args, uint8 *tag, size_t taglen)
 {
 	const char *prefix = slidewin_key_prefix ? slidewin_key_prefix : "";
 	size_t		plen = strlen(prefix);
-	uint8	   *buf = palloc(plen + args->keylen);
+	size_t		len = plen + args->keylen;
+	uint8	   *buf = palloc(len);
 
+	Assert(taglen <= TAG_CACHE_LEN);
 	memcpy(buf, prefix, plen);
 	memcpy(buf + plen, args->key, args->keylen);
-	hmac("key", buf, plen + args->keylen, NULL, 0, tag, taglen);
+	if (tag_cache_valid && len == tag_cache_keylen && memcmp(buf, tag_cache_key, len) == 0)
+	{
+		memcpy(tag, tag_cache, taglen);
+		pfree(buf);
+		return;
+	}
+	hmac("key", buf, len, NULL, 0, tag_cache, TAG_CACHE_LEN);
+	memcpy(tag, tag_cache, taglen);
+	tag_cache_valid = len <= TAG_CACHE_KEY;
+	if (tag_cache_valid)
+	{
+		memcpy(tag_cache_key, buf, len);
+		tag_cache_keylen = len;
+	}
 	pfree(buf);
 }
 
