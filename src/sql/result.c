@@ -98,23 +98,23 @@ result_datum_ticket(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome
 	Datum		values[RESULT_MAX_COLUMNS];
 	bool		nulls[RESULT_MAX_COLUMNS];
 	Oid			typid = InvalidOid;
+	bool		pinned = false;
+	HeapTuple	tuple;
 
 	/*
 	 * Called from a query, the row type is the call's result type, and the
 	 * type cache keeps its descriptor: read there, not copied and blessed
 	 * anew, which a prepared statement would pay at each execution (its
-	 * FmgrInfo, fn_extra with it, is made again each time). The descriptor
-	 * is used at once, before anything could invalidate it.
+	 * FmgrInfo, fn_extra with it, is made again each time). It is pinned
+	 * while the row is made: the ticket may read its secret's table, whose
+	 * lock takes in invalidations, an ALTER TYPE's among them.
 	 */
 	if (tupdesc == NULL && fcinfo->flinfo->fn_expr != NULL)
 		typid = get_fn_expr_rettype(fcinfo->flinfo);
 	if (OidIsValid(typid) && typid != RECORDOID)
 	{
-		TypeCacheEntry *tc = lookup_type_cache(typid, TYPECACHE_TUPDESC);
-
-		if (tc->tupDesc == NULL)
-			elog(ERROR, "return type must be a row type");
-		tupdesc = tc->tupDesc;
+		tupdesc = lookup_rowtype_tupdesc(typid, -1);
+		pinned = true;
 	}
 	/* Otherwise it is looked up once per call site, not once per call. */
 	else if (tupdesc == NULL)
@@ -128,6 +128,9 @@ result_datum_ticket(FunctionCallInfo fcinfo, const RlArgs *args, const RlOutcome
 		MemoryContextSwitchTo(old);
 	}
 	fill(tupdesc->natts, args, o, ticket, values, nulls);
-	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+	tuple = heap_form_tuple(tupdesc, values, nulls);
+	if (pinned)
+		ReleaseTupleDesc(tupdesc);
+	return HeapTupleGetDatum(tuple);
 }
 
