@@ -139,3 +139,20 @@ SELECT allowed, remaining, retry_after FROM rl_attempt('full', 5, '1 second', 4)
 SELECT count(*) AS full_rows FROM rl_fallback_log WHERE key = 'regress:fbc:full';
 SELECT allowed, remaining FROM rl_peek('full', 5, '1 second');
 RESET slidewin.test_now;
+
+-- A sweep that cannot find anything is skipped, but never past the earliest
+-- a row written since could expire: one call an hour, each with a 1 s
+-- window, so that every sweep finds the row of the call before it and
+-- nothing else. Were the skip to reach past that row's expiry, rows would
+-- be left behind.
+TRUNCATE rl_fallback_log, rl_fallback_head;
+DO $$
+BEGIN
+  FOR i IN 0..39 LOOP
+    PERFORM set_config('slidewin.test_now',
+                       (timestamptz '2031-02-01 00:00:00+00' + i * interval '1 hour')::text, false);
+    PERFORM rl_allow('hourly' || i, 10, '1 second');
+  END LOOP;
+END $$;
+SELECT count(*) AS hourly_rows_left FROM rl_fallback_log;
+RESET slidewin.test_now;

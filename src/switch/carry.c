@@ -571,7 +571,8 @@ carry_measured(int rows, TimestampTz started)
 
 /*
  * Carry the rows of one key into Redis: of args' key, or (args NULL) of
- * whichever key has the oldest row waiting. *found: whether there was
+ * the first key, in key order under this backend's prefix, with a row
+ * waiting (fallback_carry_collect). *found: whether there was
  * anything. False when Redis could not answer (r filled in): the rows stay.
  */
 static bool

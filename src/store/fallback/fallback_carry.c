@@ -11,7 +11,11 @@
  * transaction: an admission that rolls back takes its row with it, and a
  * carry whose transaction rolls back leaves the rows to be sent again, which
  * Redis recognises by their names. Rows whose window has ended are deleted
- * by the next carry that passes them, and never sent.
+ * by the next carry that passes them, and never sent. The table is indexed
+ * on (key, ts) only (1.13 dropped the index on expires, which every
+ * admission paid for): a carry that looks for a key to carry walks its
+ * prefix's keys in key order, and sweeps a few heap pages for ended rows of
+ * any prefix.
  *
  * key is the stored key (key_prefix, then the user key) and plen the
  * prefix's length, so that a row is carried only under the prefix it was
@@ -64,14 +68,18 @@
 #define CA_ATT_EXPIRES 8
 #define CA_NATTS 8
 
-/* Ended rows one collection deletes, and rows of other prefixes it steps over. */
+/*
+ * Ended rows one collection deletes, rows of other prefixes it steps over,
+ * and heap pages it sweeps for ended rows of any prefix.
+ */
 #define CARRY_SWEEP 32
 #define CARRY_MAX_FOREIGN 64
+#define CARRY_SWEEP_PAGES 4
 
 static bool oids_known = false;
 static Oid	carry_rel = InvalidOid;
 static Oid	carry_key_idx = InvalidOid;
-static Oid	carry_expires_idx = InvalidOid;
+static Oid	carry_expires_idx = InvalidOid;	/* dropped in 1.13 */
 static IndexInfo *key_info = NULL;
 static IndexInfo *expires_info = NULL;
 
@@ -97,7 +105,7 @@ lookup_oids(void)
 		carry_rel = fallback_relid_if_any("rl_fallback_carry");
 		carry_key_idx = fallback_relid_if_any("rl_fallback_carry_key_ts");
 		carry_expires_idx = fallback_relid_if_any("rl_fallback_carry_expires");
-		if (!OidIsValid(carry_key_idx) || !OidIsValid(carry_expires_idx))
+		if (!OidIsValid(carry_key_idx))
 			carry_rel = InvalidOid;
 		if (key_info)
 			pfree(key_info);
@@ -119,7 +127,7 @@ typedef struct CarryRel
 {
 	Relation	rel;
 	Relation	key_idx;
-	Relation	expires_idx;
+	Relation	expires_idx;	/* NULL unless the database is still at 1.12 */
 	TupleTableSlot *slot;
 	LOCKMODE	mode;
 } CarryRel;
@@ -133,7 +141,7 @@ carry_open(CarryRel *c, LOCKMODE mode)
 		elog(ERROR, "rl_fallback_carry has %d columns, not %d",
 			 RelationGetDescr(c->rel)->natts, CA_NATTS);
 	c->key_idx = index_open(carry_key_idx, mode);
-	c->expires_idx = index_open(carry_expires_idx, mode);
+	c->expires_idx = OidIsValid(carry_expires_idx) ? index_open(carry_expires_idx, mode) : NULL;
 	c->slot = table_slot_create(c->rel, NULL);
 }
 
@@ -142,7 +150,8 @@ static void
 carry_close(CarryRel *c)
 {
 	ExecDropSingleTupleTableSlot(c->slot);
-	index_close(c->expires_idx, NoLock);
+	if (c->expires_idx)
+		index_close(c->expires_idx, NoLock);
 	index_close(c->key_idx, NoLock);
 	table_close(c->rel, NoLock);
 }
@@ -192,17 +201,23 @@ scan_key(CarryRel *c, text *key, int64 ts)
 	return scan;
 }
 
+/*
+ * The rows of the keys from `from` on, in key order: the key column has the
+ * "C" collation, so the keys that begin with a prefix lie together.
+ */
 static IndexScanDesc
-scan_expires(CarryRel *c, StrategyNumber strategy, int64 bound)
+scan_keys_from(CarryRel *c, text *from)
 {
 	ScanKeyData sk;
+	int			nkeys = 0;
 	IndexScanDesc scan;
 
-	ScanKeyEntryInitialize(&sk, 0, 1, strategy, InvalidOid, InvalidOid,
-						   strategy == BTLessEqualStrategyNumber ? F_INT8LE : F_INT8GT,
-						   Int64GetDatum(bound));
-	scan = slidewin_index_beginscan(c->rel, c->expires_idx, SnapshotSelf, 1, 0);
-	index_rescan(scan, &sk, 1, NULL, 0);
+	if (VARSIZE_ANY_EXHDR(from) > 0)
+		ScanKeyEntryInitialize(&sk, 0, 1, BTGreaterEqualStrategyNumber, InvalidOid,
+							   C_COLLATION_OID, F_TEXT_GE, PointerGetDatum(from));
+	nkeys = VARSIZE_ANY_EXHDR(from) > 0 ? 1 : 0;
+	scan = slidewin_index_beginscan(c->rel, c->key_idx, SnapshotSelf, nkeys, 0);
+	index_rescan(scan, &sk, nkeys, NULL, 0);
 	return scan;
 }
 
@@ -242,7 +257,7 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 	{
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		key_info = BuildIndexInfo(c.key_idx);
-		expires_info = BuildIndexInfo(c.expires_idx);
+		expires_info = c.expires_idx ? BuildIndexInfo(c.expires_idx) : NULL;
 		MemoryContextSwitchTo(old);
 	}
 	values[CA_ATT_KEY - 1] = PointerGetDatum(fallback_stored_key(args));
@@ -260,8 +275,10 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 		bool		kn[2] = {false, false};
 
 		index_insert(c.key_idx, kv, kn, &tup->t_self, c.rel, UNIQUE_CHECK_NO, false, key_info);
-		index_insert(c.expires_idx, &values[CA_ATT_EXPIRES - 1], &nulls[CA_ATT_EXPIRES - 1],
-					 &tup->t_self, c.rel, UNIQUE_CHECK_NO, false, expires_info);
+		/* a database not yet updated to 1.13 still has the index: keep it whole */
+		if (c.expires_idx)
+			index_insert(c.expires_idx, &values[CA_ATT_EXPIRES - 1], &nulls[CA_ATT_EXPIRES - 1],
+						 &tup->t_self, c.rel, UNIQUE_CHECK_NO, false, expires_info);
 	}
 	heap_freetuple(tup);
 	carry_close(&c);
@@ -357,6 +374,36 @@ collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max,
 	index_endscan(scan);
 }
 
+/*
+ * Ended rows of any prefix, CARRY_SWEEP_PAGES heap pages at a time from
+ * where this backend's last sweep stopped, so that a prefix no call uses
+ * any more does not keep its rows for ever: a carry that finds nothing to
+ * carry under its own prefix sweeps a few pages, and a full cycle of the
+ * table takes its pages / CARRY_SWEEP_PAGES such passes.
+ */
+static BlockNumber sweep_next_block = 0;
+
+static void
+sweep_pages(CarryRel *r, int64 now)
+{
+	BlockNumber nblocks = RelationGetNumberOfBlocks(r->rel);
+	BlockNumber npages;
+	TableScanDesc scan;
+
+	if (nblocks == 0)
+		return;
+	if (sweep_next_block >= nblocks)
+		sweep_next_block = 0;
+	npages = Min(CARRY_SWEEP_PAGES, nblocks - sweep_next_block);
+	scan = table_beginscan_strat(r->rel, SnapshotSelf, 0, NULL, true, false);
+	heap_setscanlimits(scan, sweep_next_block, npages);
+	while (table_scan_getnextslot(scan, ForwardScanDirection, r->slot))
+		if (slot_int8(r->slot, CA_ATT_EXPIRES) <= now)
+			try_delete(r, &r->slot->tts_tid);
+	table_endscan(scan);
+	sweep_next_block += npages;
+}
+
 bool
 fallback_carry_collect(const RlArgs *args, int max, const ItemPointerData *skip, int nskip,
 					   FallbackCarry *c)
@@ -388,33 +435,55 @@ fallback_carry_collect(const RlArgs *args, int max, const ItemPointerData *skip,
 	else
 	{
 		IndexScanDesc scan;
-		int			n = 0;
+		int			swept = 0;
+		int			foreign = 0;
+		bool		more = false;
 
-		/* rows whose windows have ended go first, a few at a time */
-		scan = scan_expires(&r, BTLessEqualStrategyNumber, now);
-		while (n++ < CARRY_SWEEP && index_getnext_slot(scan, ForwardScanDirection, r.slot))
-			try_delete(&r, &r.slot->tts_tid);
-		index_endscan(scan);
-
-		/* then the key whose row leaves its window first, under our prefix */
-		n = 0;
-		scan = scan_expires(&r, BTGreaterStrategyNumber, now);
-		while (n++ < CARRY_MAX_FOREIGN &&
-			   index_getnext_slot(scan, ForwardScanDirection, r.slot))
+		/*
+		 * The first key under our prefix that has a live row, in key
+		 * order. Ended rows met on the way are deleted, a few at a time
+		 * (and then the caller comes back: `more`), and rows of other
+		 * prefixes that begin with ours are stepped over.
+		 */
+		scan = scan_keys_from(&r, cstring_to_text(prefix));
+		while (index_getnext_slot(scan, ForwardScanDirection, r.slot))
 		{
 			bool		isnull;
-			text	   *k = DatumGetTextPCopy(slot_getattr(r.slot, CA_ATT_KEY, &isnull));
+			text	   *k = DatumGetTextPP(slot_getattr(r.slot, CA_ATT_KEY, &isnull));
 			int32		kplen = DatumGetInt32(slot_getattr(r.slot, CA_ATT_PLEN, &isnull));
 
-			if (kplen == plen && VARSIZE_ANY_EXHDR(k) >= plen &&
-				memcmp(VARDATA_ANY(k), prefix, plen) == 0)
+			if (VARSIZE_ANY_EXHDR(k) < plen || memcmp(VARDATA_ANY(k), prefix, plen) != 0)
+				break;			/* past the prefix's keys */
+			if (slot_int8(r.slot, CA_ATT_EXPIRES) <= now)
 			{
-				key = k;
+				try_delete(&r, &r.slot->tts_tid);
+				if (++swept >= CARRY_SWEEP)
+				{
+					more = true;
+					break;
+				}
+				continue;
+			}
+			if (kplen == plen)
+			{
+				key = DatumGetTextPCopy(slot_getattr(r.slot, CA_ATT_KEY, &isnull));
 				algo = slot_algo(r.slot);
 				break;
 			}
+			if (++foreign >= CARRY_MAX_FOREIGN)
+				break;
 		}
 		index_endscan(scan);
+		if (key == NULL)
+			sweep_pages(&r, now);
+		if (key == NULL && more)
+		{
+			/* ended rows of the prefix remain: not done, come back */
+			c->waiting = true;
+			CommandCounterIncrement();
+			carry_close(&r);
+			return false;
+		}
 		if (key == NULL)
 		{
 			CommandCounterIncrement();
@@ -452,20 +521,24 @@ fallback_carry_done(FallbackCarry *c, ItemPointerData *busy)
 	return nbusy;
 }
 
+/* Live rows of every prefix: a pass over the table (statistics only). */
 int64
 fallback_carry_pending(void)
 {
 	CarryRel	r;
-	IndexScanDesc scan;
+	TableScanDesc scan;
+	int64		now;
 	int64		n = 0;
 
 	if (!lookup_oids())
 		return 0;
 	carry_open(&r, AccessShareLock);
-	scan = scan_expires(&r, BTGreaterStrategyNumber, fallback_clock());
-	while (index_getnext_slot(scan, ForwardScanDirection, r.slot))
-		n++;
-	index_endscan(scan);
+	now = fallback_clock();
+	scan = table_beginscan(r.rel, SnapshotSelf, 0, NULL);
+	while (table_scan_getnextslot(scan, ForwardScanDirection, r.slot))
+		if (slot_int8(r.slot, CA_ATT_EXPIRES) > now)
+			n++;
+	table_endscan(scan);
 	carry_close(&r);
 	return n;
 }

@@ -465,6 +465,8 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 			}
 			else if (st.newest.found && st.newest.ts > st.now - st.maxwin)
 				(void) fallback_head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin);
+			/* ts >= now_after, a clock read in this call (fallback_sweep_rows) */
+			fallback_note_lead(t, st.maxwin);
 			fallback_insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
 			/* Redis must learn of it once it answers again (the switch) */
 			if (t == TBL_LOG && fallback_carry_add(args, ts, args->cost, ts + st.maxwin))

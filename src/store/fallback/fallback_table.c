@@ -20,6 +20,7 @@
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/bufmgr.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
@@ -32,6 +33,7 @@
 #include "compat.h"
 #include "fallback_table_int.h"
 #include "settings.h"
+#include "shmem_parts.h"
 
 /* Distinguishes our lock tags from user advisory locks (which use 1 and 2). */
 #define FALLBACK_LOCK_CLASS 0x5357
@@ -60,10 +62,48 @@ invalidate_oids(Datum arg, Oid relid)
 	}
 }
 
+/*
+ * Shared by every backend of the server (see "Skipping a sweep" below): per
+ * table, the least lead of a new row's expiry over its writer's clock, of
+ * any row written since the server started, in any database. It only goes
+ * down. Without shared_preload_libraries it is absent, and
+ * every call sweeps, as before.
+ */
+typedef struct SweepShared
+{
+	pg_atomic_uint64 min_ahead[TBL_COUNT];
+} SweepShared;
+
+static SweepShared *sweep_shared = NULL;
+
+static Size
+sweep_shmem_size(void)
+{
+	return sizeof(SweepShared);
+}
+
+static void
+sweep_shmem_attach(void *p, bool found)
+{
+	sweep_shared = p;
+	/*
+	 * Only the logs' writers note their lead (fallback_note_lead): the
+	 * other tables keep 0, which never lets a sweep be skipped.
+	 */
+	if (!found)
+		for (int t = 0; t < TBL_COUNT; t++)
+			pg_atomic_init_u64(&sweep_shared->min_ahead[t],
+							   (uint64) (t == TBL_LOG || t == TBL_MLOG ? PG_INT64_MAX : 0));
+}
+
+static const ShmemPart sweep_shmem_part = {"slidewin fallback sweeps", sweep_shmem_size, NULL,
+sweep_shmem_attach};
+
 void
 fallback_table_init(void)
 {
 	CacheRegisterRelcacheCallback(invalidate_oids, (Datum) 0);
+	slidewin_shmem_register(&sweep_shmem_part);
 }
 
 /* The schema the extension lives in (PostgreSQL 15 has no exported helper). */
@@ -374,6 +414,28 @@ fallback_index_info(FbScan *s, FbIndex i)
 	return *info;
 }
 
+/*
+ * A row is about to be written at a clock no earlier than its writer's
+ * reading now, with an expiry at least `ahead` later (see "Skipping a
+ * sweep" below): lower the table's least lead first. The compare-and-
+ * exchange is a full barrier, so the store is visible before the row is.
+ */
+void
+fallback_note_lead(FbTableId t, int64 ahead)
+{
+	pg_atomic_uint64 *least;
+	uint64		seen;
+
+	if (sweep_shared == NULL)
+		return;
+	least = &sweep_shared->min_ahead[t];
+	ahead = Max(ahead, 0);
+	seen = pg_atomic_read_u64(least);
+	while ((int64) seen > ahead)
+		if (pg_atomic_compare_exchange_u64(least, &seen, (uint64) ahead))
+			break;
+}
+
 void
 fallback_insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 {
@@ -535,6 +597,60 @@ fallback_relid_if_any(const char *relname)
 static int64 swept_to[TBL_COUNT];
 
 /*
+ * Skipping a sweep. An admitting call sweeps a few expired rows of other
+ * keys, and it used to start an index scan for them at every call, even when
+ * none could have expired since its backend last looked (many keys with a
+ * long window, as at the start of an outage). Now a sweep that found every
+ * expired row (it did not stop at its quota) notes, per table: swept_at, the
+ * clock it ran at; and next_expiry, the expiry of the first row it saw still
+ * live, or its scan's upper bound when none was below it. The scan reaches
+ * past now by look_us, at most min_ahead, the least lead of any row's
+ * expiry over its writer's clock so far (SweepShared). look_us doubles when
+ * the scan found no row in that reach and halves when it did: a btree scan
+ * reads every matching entry of the leaf page it lands on, so under a hot
+ * key, whose rows expire one after another, a long reach would cost a page
+ * of entries at every call for nothing. A later call of this backend at
+ * `now` skips the sweep while
+ *
+ *		swept_at <= now < next_expiry  and  now < swept_at + min_ahead,
+ *
+ * min_ahead read anew at every call. Why that loses no row:
+ *
+ * - A row the sweep could see (committed, or this transaction's) and that
+ *   no one has deleted since expires at next_expiry or later: it was not
+ *   below the scan's start, it was not expired, and the first such row in
+ *   the index within the scan's reach gave next_expiry (or there was none
+ *   before the reach's end, which next_expiry then is).
+ * - A new row (fallback_log_attempt) whose writer read its clock at t >=
+ *   swept_at expires at t + lead or later, and its writer lowered
+ *   min_ahead to at most that lead before inserting it. So it expires no
+ *   sooner than swept_at + min_ahead, when this backend sweeps again. (A
+ *   value of min_ahead read just before another backend's store delays at
+ *   most that backend's rows, by one call: the next read sees it.) A row
+ *   moved by a refund (fallback.c) keeps the expiry of the row it replaces,
+ *   whose own writing was covered in the same way, and notes nothing.
+ * - A row whose writer read its clock before the sweep but which the
+ *   sweep did not see (not yet inserted or committed) may expire before
+ *   next_expiry. A sweep that is never skipped passes it too if it expired
+ *   before the sweep (swept_to), leaving it to another backend or to the
+ *   sweep after an outage; this backend meets it no later than swept_at +
+ *   min_ahead.
+ *
+ * So no expired row stays longer than it did before, except that last
+ * kind, which stays at most one min_ahead longer in this backend's view,
+ * and the table stays bounded by the live windows as before. A clock that
+ * goes back (slidewin.test_now) or a sweep that stopped at its quota sweeps
+ * at the next call. Each backend keeps its own swept_at and next_expiry;
+ * only min_ahead is shared, and it only goes down (compare-and-exchange),
+ * so no lock is needed.
+ */
+static int64 swept_at[TBL_COUNT];
+static int64 next_expiry[TBL_COUNT];
+static int64 look_us[TBL_COUNT];
+
+#define LOOK_MIN_US 1000
+
+/*
  * Delete up to `want` rows of any key whose window ended before now, looking
  * at no more than SWEEP_MAX_VISITS candidates. Returns true if it stopped
  * at one of those bounds, that is, if expired rows may remain.
@@ -542,7 +658,8 @@ static int64 swept_to[TBL_COUNT];
 bool
 fallback_sweep_rows(FbScan *s, int64 now, int want)
 {
-	int64	   *mark = &swept_to[s->tbl - fallback_tables];
+	int			t = s->tbl - fallback_tables;
+	int64	   *mark = &swept_to[t];
 	int			attno = s->tbl == &fallback_tables[TBL_STATE] ? ST_ATT_EXPIRES :
 		s->tbl == &fallback_tables[TBL_HEAD] ? HD_ATT_EXPIRES : FB_ATT_EXPIRES;
 	IndexScanDesc scan;
@@ -550,20 +667,36 @@ fallback_sweep_rows(FbScan *s, int64 now, int want)
 	int			deleted = 0;
 	int			visits = 0;
 	bool		more = false;
+	int64		ahead = PG_INT64_MAX;
+	int64		upto = now;
+	int64		next;
 
 	if (s->idx[IDX_EXPIRES] == NULL)
 		return false;			/* heads: see fallback_sweep_heads */
 	if (*mark >= now)
 		*mark = PG_INT64_MIN;	/* the clock went back */
+	if (sweep_shared != NULL)
+	{
+		ahead = (int64) pg_atomic_read_u64(&sweep_shared->min_ahead[t]);
+		if (*mark != PG_INT64_MIN && swept_at[t] <= now && now < next_expiry[t] &&
+			(ahead > PG_INT64_MAX - swept_at[t] || now < swept_at[t] + ahead))
+			return false;
+		look_us[t] = Min(Max(look_us[t], LOOK_MIN_US), ahead);
+		upto = look_us[t] > PG_INT64_MAX - now ? PG_INT64_MAX : now + look_us[t];
+	}
+	next = upto;
 	scan = fallback_scan_begin_range(s, IDX_EXPIRES, BTGreaterStrategyNumber, *mark,
-									 BTLessStrategyNumber, now);
+									 BTLessStrategyNumber, upto);
 	while (fallback_scan_next(s, scan, ForwardScanDirection, &e))
 	{
 		bool		isnull;
 		int64		expires = DatumGetInt64(slot_getattr(s->slot, attno, &isnull));
 
 		if (expires >= now)
+		{
+			next = expires;
 			break;
+		}
 		if (fallback_try_delete(s, &e.tid))
 			deleted++;
 		if (deleted >= want || ++visits >= SWEEP_MAX_VISITS)
@@ -575,7 +708,17 @@ fallback_sweep_rows(FbScan *s, int64 now, int want)
 		}
 	}
 	if (!more)
+	{
 		*mark = now - 1;
+		swept_at[t] = now;
+		next_expiry[t] = next;
+		if (next < upto)
+			look_us[t] /= 2;
+		else if (look_us[t] < PG_INT64_MAX / 2)
+			look_us[t] *= 2;
+	}
+	else
+		next_expiry[t] = PG_INT64_MIN;
 	index_endscan(scan);
 	return more;
 }

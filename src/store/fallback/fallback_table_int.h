@@ -133,6 +133,8 @@ extern void fallback_scan_first(FbScan *s, FbIndex which, ScanDirection dir,
 extern bool fallback_try_delete(FbScan *s, ItemPointer tid);
 extern IndexInfo *fallback_index_info(FbScan *s, FbIndex i);
 extern void fallback_insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires);
+/* Before a new log row: its expiry is at least `ahead` after its writer's clock. */
+extern void fallback_note_lead(FbTableId t, int64 ahead);
 /* Expired rows of any key, a few at a time (true: some may remain). */
 extern bool fallback_sweep_rows(FbScan *s, int64 now, int want);
 
