@@ -1271,8 +1271,12 @@ ceiling_note() { # ceiling_note ROW BASELINE: how far a one-row UPDATE gets
 	r=$(ratio "${tps[$1.8]:-}" "${tps[$2.8]:-}")
 	[[ -n $r ]] && awk -v a="$r" 'BEGIN { printf "(a bare one-row UPDATE: %.2f ×)", a }'
 }
-target "5a" 'Fallback, many keys, 8 clients: tps ≥ 2 × PL/pgSQL baseline' \
-	"$(ratio "${tps[fb_many.8]:-}" "${tps[pl_many.8]:-}")" 2 x "$(ceiling_note upd_many pl_many)"
+# 5a as issue 39 set it (refining the 2 × of an earlier issue): at least
+# 1.2 × the baseline, and at least 0.9 × a bare one-row UPDATE.
+target "5a" 'Fallback, many keys, 8 clients: tps ≥ 1.2 × PL/pgSQL baseline' \
+	"$(ratio "${tps[fb_many.8]:-}" "${tps[pl_many.8]:-}")" 1.2 x "$(ceiling_note upd_many pl_many)"
+target "5a (UPDATE)" 'Fallback, many keys, 8 clients: tps ≥ 0.9 × a bare one-row UPDATE of an unlogged table' \
+	"$(ratio "${tps[fb_many.8]:-}" "${tps[upd_many.8]:-}")" 0.9 x
 target "5b" 'Fallback, hot key, 8 clients: tps ≥ 20 × PL/pgSQL baseline' \
 	"$(ratio "${tps[fb_hot.8]:-}" "${tps[pl_hot.8]:-}")" 20 x "$(ceiling_note upd_hot pl_hot)"
 young_fb=$(window_mean fb_steady.8 2 4)
