@@ -534,7 +534,7 @@ fallback_carry_pending(void)
 		return 0;
 	carry_open(&r, AccessShareLock);
 	now = fallback_clock();
-	scan = table_beginscan(r.rel, SnapshotSelf, 0, NULL);
+	scan = table_beginscan_strat(r.rel, SnapshotSelf, 0, NULL, true, true);
 	while (table_scan_getnextslot(scan, ForwardScanDirection, r.slot))
 		if (slot_int8(r.slot, CA_ATT_EXPIRES) > now)
 			n++;
