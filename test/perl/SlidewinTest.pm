@@ -556,6 +556,42 @@ sub fullest_window
 	return $max;
 }
 
+# bracketed_take($node): in $node's postgres database, the table adm (k, t0,
+# t1) and the function take(k, lim, win), which calls rl_allow and, when
+# admitted, records the clock read before and after the call: the bracket
+# of the moment its unit was used.
+sub bracketed_take
+{
+	my ($node) = @_;
+	$node->safe_psql('postgres', 'CREATE UNLOGGED TABLE adm (k text, t0 float8, t1 float8)');
+	$node->safe_psql('postgres', q{
+		CREATE FUNCTION take(k text, lim bigint, win interval) RETURNS boolean
+		LANGUAGE plpgsql AS $$
+		DECLARE t0 float8 := extract(epoch FROM clock_timestamp()); ok boolean;
+		BEGIN
+		  ok := rl_allow(k, lim, win);
+		  IF ok THEN
+		    INSERT INTO adm VALUES (k, t0, extract(epoch FROM clock_timestamp()));
+		  END IF;
+		  RETURN ok;
+		END $$});
+}
+
+# taken_fullest(\@nodes, $key, $win): the fullest window of $win seconds
+# over the admissions bracketed_take recorded for $key on all of @nodes,
+# and how many there were in all.
+sub taken_fullest
+{
+	my ($nodes, $key, $win) = @_;
+	my @c;
+	for my $n (@$nodes)
+	{
+		push @c, [ split /\|/ ]
+		  for grep { $_ ne '' } split /\n/, $n->safe_psql('postgres', "SELECT t0, t1 FROM adm WHERE k = '$key'");
+	}
+	return (fullest_window(\@c, $win), scalar @c);
+}
+
 # Let END blocks (ours, Cluster's) run when a harness timeout or ^C stops us,
 # so no server outlives the script.
 $SIG{TERM} = $SIG{INT} = sub {

@@ -82,19 +82,7 @@ sub has_refund
 
 for my $n ($a_node, $b_node)
 {
-	$n->safe_psql('postgres', 'CREATE UNLOGGED TABLE adm (k text, t0 float8, t1 float8)');
-	# One admission: the clock before and after the call, if admitted.
-	$n->safe_psql('postgres', q{
-		CREATE FUNCTION take(k text, lim bigint, win interval) RETURNS boolean
-		LANGUAGE plpgsql AS $$
-		DECLARE t0 float8 := extract(epoch FROM clock_timestamp()); ok boolean;
-		BEGIN
-		  ok := rl_allow(k, lim, win);
-		  IF ok THEN
-		    INSERT INTO adm VALUES (k, t0, extract(epoch FROM clock_timestamp()));
-		  END IF;
-		  RETURN ok;
-		END $$});
+	SlidewinTest::bracketed_take($n);
 }
 
 # The most calls of key $k whose brackets lie inside one window of $win
@@ -102,16 +90,7 @@ for my $n ($a_node, $b_node)
 sub fullest_window
 {
 	my ($k, $win) = @_;
-	my @c;
-	for my $n ($a_node, $b_node)
-	{
-		for my $row (split /\n/, $n->safe_psql('postgres', "SELECT t0, t1 FROM adm WHERE k = '$k'"))
-		{
-			my ($t0, $t1) = split /\|/, $row;
-			push @c, [ $t0, $t1 ];
-		}
-	}
-	return (SlidewinTest::fullest_window(\@c, $win), scalar @c);
+	return SlidewinTest::taken_fullest([ $a_node, $b_node ], $k, $win);
 }
 
 # pgbench on each of @nodes at once, 8 clients, with $opts in PGOPTIONS,

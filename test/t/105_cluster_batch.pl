@@ -108,18 +108,7 @@ sub net_units
 
 for my $n ($a_node, $b_node)
 {
-	$n->safe_psql('postgres', 'CREATE UNLOGGED TABLE adm (k text, t0 float8, t1 float8)');
-	$n->safe_psql('postgres', q{
-		CREATE FUNCTION take(k text, lim bigint, win interval) RETURNS boolean
-		LANGUAGE plpgsql AS $$
-		DECLARE t0 float8 := extract(epoch FROM clock_timestamp()); ok boolean;
-		BEGIN
-		  ok := rl_allow(k, lim, win);
-		  IF ok THEN
-		    INSERT INTO adm VALUES (k, t0, extract(epoch FROM clock_timestamp()));
-		  END IF;
-		  RETURN ok;
-		END $$});
+	SlidewinTest::bracketed_take($n);
 	# the time key k's window, as Redis counts it, first holds want units
 	$n->safe_psql('postgres', q{
 		CREATE FUNCTION back_at(k text, l bigint, want bigint) RETURNS float8 LANGUAGE plpgsql AS $$
@@ -249,15 +238,7 @@ for my $n ($a_node, $b_node)
 sub fullest_window
 {
 	my ($k, $win) = @_;
-	my @c;
-	for my $n ($a_node, $b_node)
-	{
-		for my $row (split /\n/, $n->safe_psql('postgres', "SELECT t0, t1 FROM adm WHERE k = '$k'"))
-		{
-			push @c, [ split /\|/, $row ];
-		}
-	}
-	return (SlidewinTest::fullest_window(\@c, $win), scalar @c);
+	return SlidewinTest::taken_fullest([ $a_node, $b_node ], $k, $win);
 }
 
 {
