@@ -39,7 +39,11 @@
  *	   more than the limit; Redis gives the window's rest when it has fewer
  *	   left, down to the call's own cost, and denies as it would deny the
  *	   call alone below that. A batch never denies what the call alone would
- *	   have been admitted.
+ *	   have been admitted. While another server's reserve of the key waits
+ *	   (it was denied for want of room, and has not been admitted since),
+ *	   Redis gives this server's reserves the call's own cost and no more,
+ *	   so that one server cannot win batch after batch while the other is
+ *	   denied; each server names itself by a random name drawn at start.
  *
  *	4. Batches are off without shared_preload_libraries, under
  *	   slidewin.test_now, in shadow mode, and for every algorithm but
@@ -152,6 +156,7 @@ typedef struct BatchShared
 {
 	LWLock	   *lock;
 	Latch	   *worker_latch;	/* under lock; NULL until the worker runs */
+	char		server[17];		/* this server's name in waiting marks */
 	BatchSlot	slots[BATCH_SLOTS];
 	DemandEntry demand[DEMAND_SLOTS];
 } BatchShared;
@@ -194,8 +199,15 @@ shmem_attach(void *p, bool found)
 	shared = (BatchShared *) p;
 	if (!found)
 	{
+		uint64		name = 0;
+
 		memset(shared, 0, sizeof(BatchShared));
 		shared->lock = &(GetNamedLWLockTranche("slidewin local batches"))[0].lock;
+		/* unique to this start of this server, as far as other servers go */
+		if (!pg_strong_random(&name, sizeof(name)))
+			name = (uint64) MyProcPid << 32 ^ (uint64) GetCurrentTimestamp();
+		snprintf(shared->server, sizeof(shared->server), "%016llx",
+				 (unsigned long long) name);
 	}
 }
 
@@ -409,7 +421,7 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 
 	/* rule 1: taken before the request leaves, so never after Redis's r */
 	sent = mono_us();
-	if (!redis_store_batch_attempt(args, want, d_us, o, &taken, r))
+	if (!redis_store_batch_attempt(args, want, d_us, shared->server, o, &taken, r))
 		return false;
 	/* the call's own entry is the batch's: no ticket, no refund on abort */
 	o->recorded_ts = -1;

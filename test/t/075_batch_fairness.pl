@@ -11,10 +11,12 @@
 #    share of any window of 1 s that holds at least lim / 2 of them;
 #  - each server's longest starvation: the longest run of the other's
 #    admissions with none of its own among them, timed over the gaps
-#    between them of at most d (a longer gap, in which neither server
-#    admitted anything, is the full window denying both, not one server
-#    taking the units: a grant's units are used within d), and counted in
-#    admissions.
+#    between them of at most d in which it was asking (a call of its own,
+#    denied, in the gap or within 1 ms before it: a gap in which its
+#    clients made no call at all, as when this loaded machine does not run
+#    them, is not the other server taking its units; a gap longer than d,
+#    in which neither server admitted anything, is the full window denying
+#    both: a grant's units are used within d), and counted in admissions.
 # The checks, from doc/semantics.md, "Fairness between servers":
 #  1. each server's share over the run lies within three standard
 #     deviations of 50 %, taking each of the run's grants (at most
@@ -25,9 +27,15 @@
 #     window's with odds below 1 in 1000);
 #  3. with batches on, neither server's longest starvation exceeds the
 #     longest of the batches-off run (how long one server's clients can
-#     win every race on this machine) by more than 2 d: d for the life of
-#     the last grant won, d for races that are won by the grant rather than
-#     the unit and for the load on this machine.
+#     win every race for one unit on this machine) by more than 2 d: d for
+#     the life of the batches the other server won before this one's
+#     reserve was denied, d for the load on this machine. That holds
+#     because a denied reserve names its server in the key's waiting mark,
+#     and while it does the other server's reserves take one unit each, as
+#     with batches off (log_attempt.lua). Without the mark a server could
+#     win batch after batch, d each, with odds of one half per race.
+# Before the runs, the waiting mark itself is checked on the script that
+# reserves, called directly with two servers' names.
 # The numbers are printed (diag) for the report.
 use strict;
 use warnings;
@@ -49,16 +57,14 @@ my $idle = $d_ms / 1000;
 
 for my $n ($a_node, $b_node)
 {
-	$n->safe_psql('postgres', 'CREATE UNLOGGED TABLE adm (k text, t float8)');
+	$n->safe_psql('postgres', 'CREATE UNLOGGED TABLE adm (k text, t float8, ok boolean)');
 	$n->safe_psql('postgres', q{
 		CREATE FUNCTION take(k text, lim bigint, win interval) RETURNS boolean
 		LANGUAGE plpgsql AS $$
 		DECLARE ok boolean;
 		BEGIN
 		  ok := rl_allow(k, lim, win);
-		  IF ok THEN
-		    INSERT INTO adm VALUES (k, extract(epoch FROM clock_timestamp()));
-		  END IF;
+		  INSERT INTO adm VALUES (k, extract(epoch FROM clock_timestamp()), ok);
 		  RETURN ok;
 		END $$});
 }
@@ -90,18 +96,35 @@ sub bench_both
 	}
 }
 
-# The merged admissions of $key, [time, server index], in time order.
+# The merged admissions of $key, [time, server index], in time order, and
+# each server's denied calls' times, in time order.
 sub admissions
 {
 	my ($key) = @_;
-	my @all;
+	my (@all, @denied);
 	for my $i (0, 1)
 	{
 		my $n = ($a_node, $b_node)[$i];
 		push @all, map { [ $_, $i ] }
-		  split /\n/, $n->safe_psql('postgres', "SELECT t FROM adm WHERE k = '$key'");
+		  split /\n/, $n->safe_psql('postgres', "SELECT t FROM adm WHERE k = '$key' AND ok");
+		$denied[$i] = [ split /\n/,
+			$n->safe_psql('postgres', "SELECT t FROM adm WHERE k = '$key' AND NOT ok ORDER BY t") ];
 	}
-	return sort { $a->[0] <=> $b->[0] } @all;
+	return ([ sort { $a->[0] <=> $b->[0] } @all ], \@denied);
+}
+
+# Whether server $x made a (denied) call in [$from - 1 ms, $to]: a binary
+# search of its denied calls' times.
+sub asking
+{
+	my ($denied, $from, $to) = @_;
+	my ($lo, $hi) = (0, scalar @$denied);
+	while ($lo < $hi)
+	{
+		my $mid = int(($lo + $hi) / 2);
+		if ($denied->[$mid] < $from - 0.001) { $lo = $mid + 1 } else { $hi = $mid }
+	}
+	return $lo < @$denied && $denied->[$lo] <= $to;
 }
 
 # Shares and starvation of a run's admissions, from one window after both
@@ -110,7 +133,8 @@ sub admissions
 # loaded machine) to the first server's last.
 sub measure
 {
-	my @adm = @_;
+	my ($admref, $denied) = @_;
+	my @adm = @$admref;
 	my (@first, @last);
 	for my $e (@adm)
 	{
@@ -128,13 +152,15 @@ sub measure
 	# starvation of X: a run of Y's admissions with none of X's among them,
 	# timed over the gaps between them of at most $idle seconds (a longer
 	# one, in which neither server admitted, is the full window denying both)
+	# in which X was asking
 	my ($busy, $units, $run_srv, $prev) = (0, 0);
 	for my $e (@adm, [ undef, -1 ])
 	{
 		my ($t, $s) = @$e;
 		if (defined $run_srv && $s == $run_srv)
 		{
-			$busy += $t - $prev if $t - $prev <= $idle;
+			$busy += $t - $prev
+			  if $t - $prev <= $idle && asking($denied->[ 1 - $s ], $prev, $t);
 			$units++;
 			$prev = $t;
 			next;
@@ -169,6 +195,41 @@ sub measure
 	return \%m;
 }
 
+# The waiting mark, on the reserve's own script (log_attempt.lua, flag
+# 'b'), called directly for two servers named A and B: lim 10, win 10 s,
+# up to 10 units a batch, ahead 20 ms, least 1.
+my $scripts = SlidewinTest::src_dir() . '/src/store/redis/scripts.c';
+my ($attempt_lua, $refund_lua) = map { scalar `perl "@{[ SlidewinTest::src_dir() ]}/test/bench/lua_source.pl" "$scripts" $_` }
+  qw(lua_log_attempt lua_log_refund);
+ok(length($attempt_lua) > 100 && length($refund_lua) > 100, 'mark: read the reserve and the refund scripts');
+my @wk = map { "fairmark:$_" } qw(log logr blk logw);
+my $reserve = sub {
+	my ($srv) = @_;
+	return [ split /\n/,
+		$redis->cli('EVAL', $attempt_lua, 4, @wk, 10, 10_000_000, 10, 'b', '', 20_000, 1, $srv) ];
+};
+my $r1 = $reserve->('A');
+is(scalar @$r1 == 4 && $r1->[3], 10, 'mark: A, first, takes a batch of all 10');
+my $r2 = $reserve->('B');
+is($r2->[0], 0, 'mark: B is denied');
+is($redis->cli('GET', $wk[3]), 'B', 'mark: and its denied reserve names B in the waiting mark');
+cmp_ok($redis->cli('PTTL', $wk[3]), '>', 0, 'mark: which lapses');
+is($redis->cli('EVAL', $refund_lua, 2, @wk[0, 1], $r1->[1], 10, 10_000_000, '', 8), 1,
+	'mark: 8 of A\'s batch go back');
+my $r3 = $reserve->('A');
+is(scalar @$r3 == 4 && $r3->[3], 1, 'mark: while B waits, A\'s reserve takes its call\'s one unit, of 8 free');
+is($redis->cli('GET', $wk[3]), 'B', 'mark: and B still waits');
+my $r4 = $reserve->('B');
+is(scalar @$r4 == 4 && $r4->[3], 7, 'mark: B\'s next reserve takes the 7 left');
+is($redis->cli('EXISTS', $wk[3]), 0, 'mark: and clears the mark');
+my $r5 = $reserve->('A');
+is($r5->[0], 0, 'mark: A, denied now,');
+is($redis->cli('GET', $wk[3]), 'A', 'mark: is named in the mark in its turn');
+$redis->cli('DEL', @wk);
+$redis->cli('SET', 'slidewin:logw:fair_reset', 'B');
+$a_node->safe_psql('postgres', "SELECT rl_reset('fair_reset')");
+is($redis->cli('EXISTS', 'slidewin:logw:fair_reset'), 0, 'mark: rl_reset deletes the key\'s waiting mark');
+
 my %res;
 for my $mode (['off', '-c slidewin.local_batch=0'],
 	['on', "-c slidewin.local_batch=$batch -c slidewin.local_batch_time=$d_ms"])
@@ -176,8 +237,7 @@ for my $mode (['off', '-c slidewin.local_batch=0'],
 	my ($name, $opts) = @$mode;
 	my $key = "fair_$name";
 	bench_both($key, $opts);
-	my @adm = admissions($key);
-	my $m = measure(@adm);
+	my $m = measure(admissions($key));
 	BAIL_OUT("batches $name: a server admitted nothing") unless $m;
 	$res{$name} = $m;
 	my $tot = $m->{n}[0] + $m->{n}[1];

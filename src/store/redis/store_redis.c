@@ -104,6 +104,16 @@ redis_store_block_key(StringInfo buf, const RlArgs *args)
 }
 
 /*
+ * The waiting mark of a sliding log's local batches (log_attempt.lua):
+ * "logw:K", which no tag, ledger or import key is.
+ */
+void
+redis_store_wait_key(StringInfo buf, const RlArgs *args)
+{
+	redis_store_key(buf, "logw", args);
+}
+
+/*
  * Sort a finished exchange: true when a reply is there to use, false when
  * Redis could not answer now. Every other failure ERRORs.
  */

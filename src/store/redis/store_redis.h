@@ -73,7 +73,8 @@ extern void redis_store_refund_describe(const redisReply *reply, char *buf, size
  * its Redis keys. False when Redis cannot answer now, as above.
  */
 extern bool redis_store_batch_attempt(const RlArgs *args, int64 want, int64 ahead_us,
-									  RlOutcome *o, int64 *taken, RedisResult *r);
+									  const char *server, RlOutcome *o,
+									  int64 *taken, RedisResult *r);
 extern bool redis_store_refund_part(const char *rkey, int rkeylen, const char *lkey,
 									int lkeylen, int64 ts, int64 cost, int64 part,
 									int64 win_us, bool *given, RedisResult *r);

@@ -19,7 +19,10 @@
 
 /*
  * Reserve up to want units (at least args->cost) of args' sliding log as
- * one entry scored ahead_us after Redis's now (log_attempt.lua, flag 'b').
+ * one entry scored ahead_us after Redis's now (log_attempt.lua, flag 'b'),
+ * for the server named server (the key's waiting mark, "logw:K", names the
+ * server whose reserve is waiting: another server's reserve then takes the
+ * call's own cost and no more).
  * Under Redis Cluster it sends what an ordinary attempt sends there (flag
  * 'k': the ledger and the block key are kept beside the log), so that a
  * slot being migrated finds all of the key's structures or none; the entry
@@ -31,17 +34,18 @@
  */
 bool
 redis_store_batch_attempt(const RlArgs *args, int64 want, int64 ahead_us,
-						  RlOutcome *o, int64 *taken, RedisResult *r)
+						  const char *server, RlOutcome *o, int64 *taken,
+						  RedisResult *r)
 {
-	StringInfoData keys[3];
-	const char *k[3];
-	size_t		klens[3];
+	StringInfoData keys[4];
+	const char *k[4];
+	size_t		klens[4];
 	char		lim[24],
 				win[24],
 				most[24],
 				ahead[24],
 				least[24];
-	const char *argv[7];
+	const char *argv[8];
 	RlArgs		judged = *args;
 	redisReply *rep;
 
@@ -50,6 +54,7 @@ redis_store_batch_attempt(const RlArgs *args, int64 want, int64 ahead_us,
 	redis_store_key(&keys[0], "log", args);
 	redis_store_ledger_key(&keys[1], "log", args);
 	redis_store_block_key(&keys[2], args);
+	redis_store_wait_key(&keys[3], args);
 	snprintf(lim, sizeof(lim), INT64_FORMAT, args->lim);
 	snprintf(win, sizeof(win), INT64_FORMAT, args->win_us);
 	snprintf(most, sizeof(most), INT64_FORMAT, want);
@@ -63,13 +68,14 @@ redis_store_batch_attempt(const RlArgs *args, int64 want, int64 ahead_us,
 	argv[4] = "";
 	argv[5] = ahead;
 	argv[6] = least;
-	for (int i = 0; i < 3; i++)
+	argv[7] = server;
+	for (int i = 0; i < 4; i++)
 	{
 		k[i] = keys[i].data;
 		klens[i] = keys[i].len;
 	}
-	script_run(SCRIPT_LOG_ATTEMPT, 3, k, klens, 7, argv, r);
-	for (int i = 0; i < 3; i++)
+	script_run(SCRIPT_LOG_ATTEMPT, 4, k, klens, 8, argv, r);
+	for (int i = 0; i < 4; i++)
 		pfree(keys[i].data);
 	if (!redis_store_settle(r))
 		return false;

@@ -24,6 +24,7 @@ extern const char *const redis_store_tags[ALGO_COUNT];
 /* The Redis key of a user key under a tag, of its ledger, of its block. */
 extern void redis_store_key(StringInfo buf, const char *tag, const RlArgs *args);
 extern void redis_store_ledger_key(StringInfo buf, const char *tag, const RlArgs *args);
+extern void redis_store_wait_key(StringInfo buf, const RlArgs *args);
 extern void redis_store_block_key(StringInfo buf, const RlArgs *args);
 
 /* The clock argument of a script: the test clock, or "" for Redis TIME. */

@@ -256,9 +256,10 @@ redis_store_peek(const RlArgs *args, RlOutcome *o, RedisResult *r)
 }
 
 /*
- * Every structure of the key, in every algorithm, the logs' ledgers, and
- * the names of the fallback admissions carried into each (a reset key
- * starts anew: a later admission of the same name must count).
+ * Every structure of the key, in every algorithm, the logs' ledgers, the
+ * names of the fallback admissions carried into each (a reset key starts
+ * anew: a later admission of the same name must count), and the waiting
+ * mark of the key's local batches.
  */
 bool
 redis_store_reset(const RlArgs *args, RedisResult *r)
@@ -286,6 +287,9 @@ redis_store_reset(const RlArgs *args, RedisResult *r)
 	redis_store_ledger_key(&keys[n++], redis_store_tags[ALGO_FIXED_WINDOW], args);
 	redis_store_ledger_key(&keys[n++], redis_store_tags[ALGO_SLIDING_COUNTER], args);
 	redis_store_ledger_key(&keys[n++], redis_store_tags[ALGO_TOKEN_BUCKET], args);
+	/* the local batches' waiting mark: a reset key has no reserve waiting */
+	redis_store_wait_key(&keys[n++], args);
+	Assert(n <= lengthof(keys));
 	argv[0] = "DEL";
 	lens[0] = 3;
 	for (int i = 0; i < n; i++)

@@ -23,13 +23,21 @@ stable 0), and a reply of eight numbers costs Redis about 3 % more of the
 call.
 
 A local batch (flag 'b', src/switch/local_batch.c; never with 'f'): ARGV[6]
-ahead (us) and ARGV[7] least; cost is the most units asked for. The call
+ahead (us), ARGV[7] least and ARGV[8] the asking server's name, KEYS[4]
+the key's waiting mark; cost is the most units asked for. The call
 takes min(cost, what the window has left) units, but never fewer than
 least (the cost of the call that asks), and records them as one entry
 scored ahead after now: the latest time at which any of them may be used,
 so that every window that can hold one of their uses counts them all. With
 less than least left it is denied as a call of least units would be. An
-admission answers {remaining, recorded, next_us, taken}. ]]
+admission answers {remaining, recorded, next_us, taken}.
+The waiting mark keeps one server from winning batch after batch while
+another's are denied: a reserve denied for want of room (not for a block)
+names its server in the mark, unless another server's name is there, for
+its retry_after and two aheads; while it names another server, a reserve
+takes least units and no more (what the call alone would take), and the
+named server's next admission clears it. Only sizes change, never where an
+entry is scored: the exactness argument does not depend on them. ]]
 
 local key = KEYS[1]
 local lim, win, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
@@ -48,9 +56,12 @@ if lk then rt, rlast = ledger_newest(lk, rb) end
 local used = total - base - (rt - rb)
 local nxt = next_free(key, lk, r0, base, rb, used, win)
 if nxt and bend > nxt then nxt = bend end
+local me, waiter = nil, nil
 if ahead then
   local least = ARGV[7] + 0
-  if bend > now or lim - used < least then cost = least
+  me = ARGV[8]
+  waiter = redis.call('GET', KEYS[4])
+  if bend > now or lim - used < least or (waiter and waiter ~= me) then cost = least
   elseif lim - used < cost then cost = lim - used end
 end
 local ok = used + cost <= lim
@@ -63,6 +74,9 @@ if not ok or bend > now then
     local free_at
     free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim)
     retry = free_at + win - now
+    if ahead and bend <= now and (not waiter or waiter == me) then
+      redis.call('SET', KEYS[4], me, 'PX', math.ceil((retry + 2 * ahead) / 1000))
+    end
   elseif used > 0 then
     first = select(2, net_at(key, lk, r0, base, rb))
   end
@@ -78,6 +92,7 @@ if not ok or bend > now then
   rem = 0
 end
 local ts = record(key, lk, now, last_ts, total, base, r0, rb, cost, win, ahead)
+if waiter and waiter == me then redis.call('DEL', KEYS[4]) end
 -- nothing was in the window: this call's entry is the oldest
 if not nxt then nxt = math.max(ts + win, bend) end
 -- admitted (most calls): the three fields the others follow from
