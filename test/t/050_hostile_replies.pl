@@ -394,18 +394,18 @@ run_sql(q{SELECT rl_reset('h')});
 $fake->del(":1\r\n");
 ($out, $err) = run_sql(q{SET slidewin.on_redis_error = 'error'; SELECT rl_reset('h')});
 is($err, '', 'rl_reset: DEL answering 1 is fine');
-# fourteen keys: one per algorithm, the refund ledgers of the two logs, the
+# fifteen keys: one per algorithm, the refund ledgers of the two logs, the
 # names of the carried fallback admissions of the four algorithms
-# rl_attempt takes (the sliding log and the three counting ones), and the
+# rl_attempt takes (the sliding log and the three counting ones), the
 # reservations of the three counting algorithms (Cluster, over several
-# slots)
-$fake->del(":14\r\n");
+# slots), and the waiting mark of the sliding log's local batches
+$fake->del(":15\r\n");
 ($out, $err) = run_sql(q{SET slidewin.on_redis_error = 'error'; SELECT rl_reset('h')});
-is($err, '', 'rl_reset: DEL answering 14 is fine');
+is($err, '', 'rl_reset: DEL answering 15 is fine');
 foreach my $case (
 	[ "+OK\r\n", qr/The reply to DEL is a status reply, not an integer\./ ],
-	[ ":-1\r\n", qr/The reply to DEL is -1, but it must be between 0 and 14\./ ],
-	[ ":15\r\n", qr/The reply to DEL is 15, but it must be between 0 and 14\./ ],
+	[ ":-1\r\n", qr/The reply to DEL is -1, but it must be between 0 and 15\./ ],
+	[ ":16\r\n", qr/The reply to DEL is 16, but it must be between 0 and 15\./ ],
 	[ "*1\r\n:1\r\n", qr/The reply to DEL is an array, not an integer\./ ])
 {
 	my ($reply, $detail) = @$case;
