@@ -28,6 +28,10 @@
  * reset elsewhere can keep a call denied that Redis would admit. The cache
  * only ever denies: it never admits.
  *
+ * Under local batches a denial is kept for at most slidewin.local_batch_time
+ * (see deny_cache_remember): other servers' batches give units back within
+ * that time.
+ *
  * A denial because the key is blocked (rl_block) is kept like any other,
  * but for at most BLOCK_CACHE_US: an rl_unblock in this server voids it at
  * once (it bumps the generation, as a reset does), and one made through
@@ -71,6 +75,7 @@
 #include "utils/timestamp.h"
 
 #include "deny_cache.h"
+#include "local_batch.h"
 #include "settings.h"
 #include "shmem_parts.h"
 
@@ -402,6 +407,17 @@ deny_cache_remember(const RlArgs *args, const DenyStamp *s, const RlOutcome *o)
 	e->win_us = args->win_us;
 	e->cost = args->cost;
 	e->until_us = s->clock_us + Min(o->retry_us, o->stable_us);
+
+	/*
+	 * Under local batches, other servers give back their batches' unused
+	 * units within slidewin.local_batch_time of reserving them, a write this
+	 * cache cannot see: a denial is kept no longer than that, so that this
+	 * backend asks Redis again, and, still denied, names this server in the
+	 * key's waiting mark (local_batch.c, rule 3) instead of leaving every
+	 * unit that comes back to the server that is asking.
+	 */
+	if (local_batch_applies(args))
+		e->until_us = Min(e->until_us, s->clock_us + (int64) slidewin_local_batch_time * 1000);
 	if (o->blocked)
 		e->until_us = Min(e->until_us, s->clock_us + BLOCK_CACHE_US);
 	e->free_at_us = s->clock_us + o->retry_us;

@@ -110,11 +110,17 @@ is(join(',', units('xa', 5), units('xc', 8)), '5,8', 'xa and xc are now full');
 # key's state (counter_args.lua), counted by every reader while it lives;
 # confirmed, its units go into the state; cancelled, they are given back.
 my %tag = (fixed_window => 'fw', sliding_counter => 'sc', token_bucket => 'tb');
+# The counting algorithms' window in the sections below: a whole number of
+# hours whose aligned window (fixed_window's and sliding_counter's buckets)
+# holds the whole section, set before each. A window of one hour turned
+# while a section ran once, at 19:00:00 UTC: a fixed window's reservation
+# made in the hour before stops counting at the turn, as its units would.
+our $cwin = '1 hour';
 sub cunits
 {
 	my ($k, $lim, $algo) = @_;
 	my $rem = $node->safe_psql('postgres',
-		"SELECT (rl_peek('$k', $lim, '1 hour', algorithm => '$algo')).remaining");
+		"SELECT (rl_peek('$k', $lim, '$cwin', algorithm => '$algo')).remaining");
 	return $lim - $rem;
 }
 # Reservations held for a key, read straight from Redis.
@@ -148,8 +154,9 @@ sub cend
 isnt(slot_of('ca'), slot_of('cb'), 'ca and cb lie in different slots');
 foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 {
+	$cwin = SlidewinTest::aligned_window(60, 3600) . ' seconds';
 	my $c2 = qq{SELECT allowed, key FROM rl_attempt_all_rows(ARRAY['ca','cb'], ARRAY[4,4],
-		ARRAY['1 hour','1 hour']::interval[], ARRAY[1,2], algorithm => '$algo', on_redis_error => 'error')};
+		ARRAY['$cwin','$cwin']::interval[], ARRAY[1,2], algorithm => '$algo', on_redis_error => 'error')};
 	($o, $e) = run_sql($c2);
 	is($o, "t|ca\nt|cb", "$algo over two slots: both keys admitted");
 	is($e, '', "$algo: no error");
@@ -162,7 +169,7 @@ foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 	is($o, "f|ca\nf|cb", "$algo: cb full, no key admitted");
 	is(cunits('ca', 4, $algo), 2, "$algo: the cancel gave ca its reserved unit back at once");
 	is(cheld('ca', $algo), 0, "$algo: and left no reservation");
-	($o) = run_sql(qq{SELECT allowed FROM rl_attempt('ca', 4, '1 hour', 2, algorithm => '$algo', on_redis_error => 'error')});
+	($o) = run_sql(qq{SELECT allowed FROM rl_attempt('ca', 4, '$cwin', 2, algorithm => '$algo', on_redis_error => 'error')});
 	is($o, 't', "$algo: ca still has the 2 units the denied call reserved and gave back");
 }
 
@@ -286,6 +293,7 @@ is($o, 't', 'and ya\'s');
 # sent: on a loaded machine the call and the checks around it take seconds.
 foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 {
+	$cwin = SlidewinTest::aligned_window(90, 3600) . ' seconds';
 	my ($ka, $kb) = ("da_$algo", "db_$algo");
 	isnt(slot_of($ka), slot_of($kb), "$ka and $kb lie in different slots");
 	$caller = $node->background_psql('postgres', on_error_stop => 0);
@@ -293,18 +301,18 @@ foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 	my $clife = 7;
 	my $t0 = time;
 	$caller->{stdin} .= "SELECT allowed FROM rl_attempt_all_rows(ARRAY['$ka','$kb'], ARRAY[1,1],
-		ARRAY['1 hour','1 hour']::interval[], algorithm => '$algo', on_redis_error => 'error');\n";
+		ARRAY['$cwin','$cwin']::interval[], algorithm => '$algo', on_redis_error => 'error');\n";
 	$caller->{run}->pump_nb;
 	$node->poll_query_until('postgres', q{
 		SELECT count(*) = 1 FROM pg_stat_activity
 		 WHERE wait_event_type = 'Lock' AND query LIKE '%rl_attempt_all_rows%'})
 	  or die 'the call did not pause';
-	($o) = run_sql(qq{SELECT allowed FROM rl_attempt('$ka', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
+	($o) = run_sql(qq{SELECT allowed FROM rl_attempt('$ka', 1, '$cwin', algorithm => '$algo', on_redis_error => 'error')});
 	is($o, 'f', "$algo: a reservation counts for a concurrent rl_attempt of its key");
-	($o) = run_sql(qq{SELECT allowed FROM rl_peek('$kb', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
+	($o) = run_sql(qq{SELECT allowed FROM rl_peek('$kb', 1, '$cwin', algorithm => '$algo', on_redis_error => 'error')});
 	is($o, 'f', "$algo: and for rl_peek");
 	($o) = run_sql(qq{SELECT allowed FROM rl_attempt_all(ARRAY['$kb'], ARRAY[1],
-		ARRAY['1 hour']::interval[], algorithm => '$algo', on_redis_error => 'error')});
+		ARRAY['$cwin']::interval[], algorithm => '$algo', on_redis_error => 'error')});
 	is($o, 'f', "$algo: and for a one-slot rl_attempt_all");
 	my $checked = time;
 	is(cheld($ka, $algo) . ',' . cheld($kb, $algo), '1,1', "$algo: the paused call holds a reservation of each key");
@@ -317,13 +325,13 @@ foreach my $algo (qw(fixed_window sliding_counter token_bucket))
 		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		 WHERE query LIKE '%rl_attempt_all_rows%' AND pid <> pg_backend_pid()});
 	eval { $caller->quit; };
-	my ($gone, $glast_f) = free_at(qq{SELECT allowed FROM rl_peek('$ka', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
+	my ($gone, $glast_f) = free_at(qq{SELECT allowed FROM rl_peek('$ka', 1, '$cwin', algorithm => '$algo', on_redis_error => 'error')});
 	ok(defined $gone, "$algo: the killed backend's reservation stopped counting");
 	cmp_ok(($glast_f // 0) - $end, '<', 0.05,
 		sprintf('%s: once its life of %.1f s had ended: no poll sent after its end still counted it (the last at %.2f s from its end; t came back %.2f s after it)',
 			$algo, $clife, ($glast_f // 0) - $end, ($gone // 1e10) - $end));
 	cmp_ok(($gone // 0) - $end, '>', -0.05, "$algo: and not before");
-	($o) = run_sql(qq{SELECT allowed FROM rl_attempt('$kb', 1, '1 hour', algorithm => '$algo', on_redis_error => 'error')});
+	($o) = run_sql(qq{SELECT allowed FROM rl_attempt('$kb', 1, '$cwin', algorithm => '$algo', on_redis_error => 'error')});
 	is($o, 't', "$algo: $kb\'s reservation ended too: its unit is free");
 	is(cheld($kb, $algo), 0, "$algo: and the call that read $kb dropped it");
 }

@@ -75,7 +75,7 @@ if not ok or bend > now then
     free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim)
     retry = free_at + win - now
     if ahead and bend <= now and (not waiter or waiter == me) then
-      redis.call('SET', KEYS[4], me, 'PX', math.ceil((retry + 2 * ahead) / 1000))
+      redis.call('SET', KEYS[4], me, 'PX', math.max(1, math.ceil((retry + 2 * ahead) / 1000)))
     end
   elseif used > 0 then
     first = select(2, net_at(key, lk, r0, base, rb))
