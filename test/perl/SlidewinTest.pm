@@ -751,6 +751,20 @@ sub cli
 	return wantarray ? ($out, $err, $status) : $out;
 }
 
+# Scripts this Redis has run so far: calls of EVAL, EVALSHA and FCALL, less
+# the failed ones (a NOSCRIPT reply ran nothing).
+sub scripts_run
+{
+	my ($self) = @_;
+	my $n = 0;
+	for my $line (split /\n/, scalar $self->cli('INFO', 'commandstats'))
+	{
+		$n += $1 - $2
+		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
+	}
+	return $n;
+}
+
 sub cli_bg
 {
 	my ($self, @args) = @_;

@@ -25,29 +25,15 @@ my $redis = SlidewinTest::start_redis();
 my $node = SlidewinTest::new_node('deny_cache', $redis,
 	"shared_preload_libraries = 'slidewin'");
 
-# Scripts and functions Redis has run so far.
-sub scripts_run
-{
-	my $n = 0;
-	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
-	{
-		# a NOSCRIPT reply (the first EVALSHA of a script) ran nothing, nor
-		# did an FCALL that found no function (the first of a new server)
-		$n += $1 - $2
-		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
-	}
-	return $n;
-}
-
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
 # Run $sql in one session and return (its output, scripts Redis ran for it).
 sub counted
 {
 	my ($sql, $n) = @_;
-	my $before = scripts_run();
+	my $before = $redis->scripts_run;
 	my $out = ($n // $node)->safe_psql('postgres', $sql);
-	return ($out, scripts_run() - $before);
+	return ($out, $redis->scripts_run - $before);
 }
 
 # --- hits -----------------------------------------------------------------
@@ -127,9 +113,9 @@ sql(q{
 my $trip = sql(q{SELECT extract(epoch FROM clock_timestamp() - statement_timestamp()) / 200
 	FROM (SELECT count(rl_attempt('dc:trip' || g, 1000, '1 hour')) FROM generate_series(1, 200) g) s});
 my $late_ok = 0.02 + 2 * $trip;
-my $before = scripts_run();
+my $before = $redis->scripts_run;
 my ($calls, $late) = split / /, sql('SELECT spin()');
-my $spin_trips = scripts_run() - $before;
+my $spin_trips = $redis->scripts_run - $before;
 cmp_ok($calls, '>', 1000, "spun $calls times before admission");
 cmp_ok($late, '<', $late_ok, sprintf('admitted %s s after the time Redis gave (not late: under 20 ms + 2 x %.1f ms a call)',
 	$late, 1000 * $trip));
@@ -138,10 +124,10 @@ cmp_ok($spin_trips, '<=', 10, "$spin_trips round trips for 3 fills and $calls sp
 # --- other backends: reset and refund ---------------------------------------
 my $a = $node->background_psql('postgres');
 $a->query_safe(q{SELECT rl_attempt('dc:r', 2, '1 hour') FROM generate_series(1, 2)});
-$before = scripts_run();
+$before = $redis->scripts_run;
 is($a->query_safe(q{SELECT (rl_attempt('dc:r', 2, '1 hour')).allowed FROM generate_series(1, 3)}),
 	"f\nf\nf", 'session A is denied');
-is(scripts_run() - $before, 1, 'and its denial is cached');
+is($redis->scripts_run - $before, 1, 'and its denial is cached');
 sql(q{SELECT rl_reset('dc:r')});
 is($a->query_safe(q{SELECT (rl_attempt('dc:r', 2, '1 hour')).allowed}),
 	't', 'a reset in another backend is seen by the next call');

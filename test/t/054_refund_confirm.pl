@@ -17,25 +17,9 @@ use warnings;
 
 use PostgreSQL::Test::Utils;
 use Test::More;
+use List::Util ();
 use Time::HiRes qw(time);
 use SlidewinTest;
-
-# Scripts and functions a Redis server has run so far (INFO commandstats).
-sub scripts_run
-{
-	my (@servers) = @_;
-	my $n = 0;
-	for my $r (@servers)
-	{
-		for my $line (split /\n/, $r->cli('INFO', 'commandstats'))
-		{
-			# a NOSCRIPT reply (the first EVALSHA of a script) ran nothing
-			$n += $1 - $2
-			  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
-		}
-	}
-	return $n;
-}
 
 # The checks, against one node whose Redis is @servers ($label names the topology).
 sub run_checks
@@ -50,12 +34,12 @@ sub run_checks
 	# $n denials of cost 3 from session b: (denied, scripts Redis ran, cache hits)
 	my $denials = sub {
 		my ($key, $n) = @_;
-		my ($r0, $h0) = (scripts_run(@servers), $hits->());
+		my ($r0, $h0) = (List::Util::sum0(map { $_->scripts_run } @servers), $hits->());
 		my $out = $b->query_safe(qq{
 			SELECT count(*) FILTER (WHERE NOT allowed) FROM (
 			  SELECT (rl_attempt('$key', 10, '1 hour', 3)).allowed
 			  FROM generate_series(1, $n) OFFSET 0) s});
-		return ($out, scripts_run(@servers) - $r0, $hits->() - $h0);
+		return ($out, List::Util::sum0(map { $_->scripts_run } @servers) - $r0, $hits->() - $h0);
 	};
 
 	# --- the deny cache while the refunding backend is idle ----------------

@@ -26,18 +26,6 @@ my @conf  = ("shared_preload_libraries = 'slidewin'", 'max_connections = 30');
 my $a_node = SlidewinTest::new_node('server_a', $redis, \@conf);
 my $b_node = SlidewinTest::new_node('server_b', $redis, \@conf);
 
-# Scripts Redis has run so far (a NOSCRIPT reply ran nothing).
-sub scripts_run
-{
-	my $n = 0;
-	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
-	{
-		$n += $1 - $2
-		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
-	}
-	return $n;
-}
-
 # ---------------------------------------------------------------------
 # Exactly lim admitted across both servers
 # ---------------------------------------------------------------------
@@ -161,29 +149,29 @@ my $stable_end = $t1 + $win;    # the oldest entry leaves the window
 my $retry_end  = $t2 + $win;    # 2 units have left the window
 note(sprintf('entries at t1, t1 + %.3f s, t1 + %.3f s', $t2 - $t1, $t3 - $t1));
 
-my $before = scripts_run();
+my $before = $redis->scripts_run;
 my ($allowed, $retry) = split /\|/, $sb->query_safe(
 	qq{SELECT allowed, extract(epoch FROM clock_timestamp() + retry_after)
 	   FROM rl_attempt('ms:dc', 3, '$win seconds', 2)});
 is($allowed, 'f', 'B: a call of cost 2 is denied by Redis');
-is(scripts_run() - $before, 1, 'B: that denial came from Redis');
+is($redis->scripts_run - $before, 1, 'B: that denial came from Redis');
 cmp_ok(abs($retry - $retry_end), '<', 0.1,
 	sprintf('B: its retry_after runs to t2 + win (off by %.3f s)', $retry - $retry_end));
-$before = scripts_run();
+$before = $redis->scripts_run;
 is($sb->query_safe(qq{SELECT allowed FROM rl_attempt('ms:dc', 3, '$win seconds', 2)}),
 	'f', 'B: denied again');
-is(scripts_run() - $before, 0, 'B: the second denial came from its cache');
+is($redis->scripts_run - $before, 0, 'B: the second denial came from its cache');
 
 is($a_node->safe_psql('postgres', q{SELECT rl_reset('ms:dc')}), '', 'A resets the key');
 is($redis->cli('exists', 'slidewin:log:ms:dc'), '0', 'the key is gone from Redis');
 
-$before = scripts_run();
+$before = $redis->scripts_run;
 my $now;
 ($allowed, $now) = split /\|/, $sb->query_safe(
 	qq{SELECT allowed, extract(epoch FROM clock_timestamp())
 	   FROM rl_attempt('ms:dc', 3, '$win seconds', 2)});
 is($allowed, 'f', "B: denied right after A's reset");
-is(scripts_run() - $before, 0, 'B: from its cache, without asking Redis');
+is($redis->scripts_run - $before, 0, 'B: from its cache, without asking Redis');
 cmp_ok($now, '<', $stable_end - 0.5,
 	sprintf('(that call came %.3f s before the cached answer ends)', $stable_end - $now));
 
@@ -192,10 +180,10 @@ cmp_ok($now, '<', $stable_end - 0.5,
 # sent), and B notices within one spin (1 ms) and some scheduling delay on a
 # busy machine: 0.1 s of slack below, 0.3 s above, and a second to spare
 # before t2 + win.
-$before = scripts_run();
+$before = $redis->scripts_run;
 my ($calls, $admitted_at) = split / /,
   $sb->query_safe(qq{SELECT spin('ms:dc', 3, '$win seconds', 2)});
-my $spin_trips = scripts_run() - $before;
+my $spin_trips = $redis->scripts_run - $before;
 my $late = $admitted_at - $stable_end;
 note(sprintf('B admitted %.3f s after t1 + win, %.3f s before t2 + win, after %d calls and %d round trips',
 		$late, $retry_end - $admitted_at, $calls, $spin_trips));

@@ -41,25 +41,13 @@ my $nowhere = 'redis://127.0.0.1:' . PostgreSQL::Test::Cluster::get_free_port();
 
 sub sql { return $node->safe_psql($_[1] // 'postgres', $_[0]) }
 
-# Scripts Redis has run so far (a NOSCRIPT reply ran nothing).
-sub scripts_run
-{
-	my $n = 0;
-	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
-	{
-		$n += $1 - $2
-		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
-	}
-	return $n;
-}
-
 # Output of $sql in a new session, and the scripts Redis ran for it.
 sub counted
 {
 	my ($sql) = @_;
-	my $before = scripts_run();
+	my $before = $redis->scripts_run;
 	my $out = sql($sql);
-	return ($out, scripts_run() - $before);
+	return ($out, $redis->scripts_run - $before);
 }
 
 # Five calls that Redis denies (the key is full at lim 2), in one session.
@@ -178,11 +166,11 @@ is($trips, 1, 'after the crash: 5 denials, one round trip (no refund in flight a
 # The generation numbers: a cached denial, a reset in another backend, and
 # the next call asks Redis.
 my $x = $node->background_psql('postgres');
-my $before = scripts_run();
+my $before = $redis->scripts_run;
 is($x->query_safe(q{SELECT string_agg((rl_attempt('cr:gen', 2, '1 hour')).allowed::text, ',')
                    FROM generate_series(1, 5)}),
 	'true,true,false,false,false', 'X: 2 of lim 2, then denied');
-is(scripts_run() - $before, 3, 'X: 2 admissions and one denial from Redis, 2 from its cache');
+is($redis->scripts_run - $before, 3, 'X: 2 admissions and one denial from Redis, 2 from its cache');
 sql(q{SELECT rl_reset('cr:gen')});
 is($x->query_safe(q{SELECT allowed, remaining FROM rl_attempt('cr:gen', 2, '1 hour')}),
 	't|1', "a reset in another backend ends X's cached denial");

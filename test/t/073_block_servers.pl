@@ -24,18 +24,6 @@ my @conf  = ("shared_preload_libraries = 'slidewin'", 'slidewin.redis_retry_inte
 my $a_node = SlidewinTest::new_node('block_a', $redis, \@conf);
 my $b_node = SlidewinTest::new_node('block_b', $redis, \@conf);
 
-# Scripts Redis has run so far.
-sub scripts_run
-{
-	my $n = 0;
-	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
-	{
-		$n += $1 - $2
-		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
-	}
-	return $n;
-}
-
 # ---------------------------------------------------------------------
 # A block set through A denies B's calls
 # ---------------------------------------------------------------------
@@ -66,10 +54,10 @@ is($redis->cli('EXISTS', 'slidewin:log:ms:blk', 'slidewin:fw:ms:blk', 'slidewin:
 my $sb = $b_node->background_psql('postgres');
 is($sb->query_safe(q{SELECT allowed FROM rl_attempt('ms:blk', 5, '1 minute')}), 'f',
 	'B: denied by Redis');
-my $n0 = scripts_run();
+my $n0 = $redis->scripts_run;
 is($sb->query_safe(q{SELECT allowed FROM rl_attempt('ms:blk', 5, '1 minute')}), 'f',
 	'B: denied again');
-is(scripts_run() - $n0, 0, 'B: the second denial came from the deny cache, not Redis');
+is($redis->scripts_run - $n0, 0, 'B: the second denial came from the deny cache, not Redis');
 
 is($a_node->safe_psql('postgres', q{SELECT rl_unblock('ms:blk')}), 't', 'A: the block is lifted');
 my $t0 = time;

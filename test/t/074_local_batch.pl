@@ -44,18 +44,6 @@ my @conf  = ("shared_preload_libraries = 'slidewin'", 'max_connections = 30');
 my $a_node = SlidewinTest::new_node('batch_a', $redis, \@conf);
 my $b_node = SlidewinTest::new_node('batch_b', $redis, \@conf);
 
-# Scripts Redis has run so far (a NOSCRIPT reply ran nothing).
-sub scripts_run
-{
-	my $n = 0;
-	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
-	{
-		$n += $1 - $2
-		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
-	}
-	return $n;
-}
-
 # The entries of key $k's sliding log in Redis, oldest first, as [score
 # (us), units]: a member is the running total of the log's units, so an
 # entry's units are its member less the one before (for a log that never
@@ -126,14 +114,14 @@ sub bench_both
 # ---------------------------------------------------------------------
 {
 	my ($lim, $win) = (40, 0.2);
-	my $before = scripts_run();
+	my $before = $redis->scripts_run;
 	bench_both(<<"EOS", '-c slidewin.local_batch=10 -c slidewin.local_batch_time=30', ['-T', 2], $a_node, $b_node);
 \\set s random(1, 20)
 \\sleep :s ms
 SELECT take('hot', $lim, '200 ms');
 EOS
 	my ($max, $n) = fullest_window('hot', $win);
-	note("binding limit: $n admitted on both servers, " . (scripts_run() - $before)
+	note("binding limit: $n admitted on both servers, " . ($redis->scripts_run - $before)
 		  . " Redis calls; fullest window of 200 ms holds $max");
 	cmp_ok($n, '>', 3 * $lim, "the limit bound, and was filled again and again ($n admitted)");
 	cmp_ok($max, '<=', $lim, "no window of 200 ms holds more than $lim admissions ($max)");
@@ -166,10 +154,10 @@ EOS
 	is(join(',', map { $_->[1] } @e), '1,1,8',
 		'two calls went alone, the third reserved a batch of the 8 units the window had left');
 	usleep(450_000);
-	my $calls = scripts_run();
+	my $calls = $redis->scripts_run;
 	is($sa->query_safe(q{SELECT count(*) FROM generate_series(1, 7) g WHERE take('late', 10 + 0 * g, '1 second')}),
 		'7', 'A uses the other 7 units of its batch, late in its life');
-	is(scripts_run() - $calls, 0, '... with no round trip') if time - $t_r < 0.6;
+	is($redis->scripts_run - $calls, 0, '... with no round trip') if time - $t_r < 0.6;
 	$sa->quit;
 	my $wait = $t_r + 1.1 - time;
 	usleep(1_000_000 * $wait) if $wait > 0;
@@ -187,13 +175,13 @@ EOS
 # 2. A limit that never binds: Redis calls per admission
 # ---------------------------------------------------------------------
 {
-	my $before_calls = scripts_run();
+	my $before_calls = $redis->scripts_run;
 	my $before_adm   = $a_node->safe_psql('postgres', q{SELECT count(*) FROM adm WHERE k = 'free'});
 	bench_both(<<"EOS", '-c slidewin.local_batch=100 -c slidewin.local_batch_time=20', ['-t', 200], $a_node);
 SELECT take('free', 1000000000, '1 hour');
 EOS
 	my $adm   = $a_node->safe_psql('postgres', q{SELECT count(*) FROM adm WHERE k = 'free'}) - $before_adm;
-	my $calls = scripts_run() - $before_calls;
+	my $calls = $redis->scripts_run - $before_calls;
 	my $ratio = $adm ? $calls / $adm : 1;
 	note(sprintf('limit never binds: %d admissions, %d Redis calls, %.4f calls per admission',
 			$adm, $calls, $ratio));
@@ -288,13 +276,13 @@ EOS
 
 	# after the batch's end, a call asks Redis again (alone, or for a small
 	# batch: the key's rate fell while it waited)
-	my $calls = scripts_run();
+	my $calls = $redis->scripts_run;
 	my ($ok, $left) = split /\|/,
 	  $sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('back', 100, '1 hour')});
 	is($ok, 't', 'a call after the batch ended is admitted');
 	cmp_ok($left, '>=', 45, "what it reserved is within the setting (remaining $left)");
 	cmp_ok($left, '<=', 94, '... and counts its own unit');
-	cmp_ok(scripts_run() - $calls, '>=', 1, 'it asked Redis');
+	cmp_ok($redis->scripts_run - $calls, '>=', 1, 'it asked Redis');
 	# any unused units go back too (a Redis call of the worker's, which must
 	# not fall into the count below)
 	isnt($sb->query_safe(q{SELECT back_at('back', 94)}), '', 'and its unused units went back');
@@ -306,11 +294,11 @@ EOS
 	$sa = $a_node->background_psql('postgres');
 	$sa->query_safe('SET slidewin.local_batch = 50');
 	$sa->query_safe("SET slidewin.local_batch_time = '5s'");
-	$calls = scripts_run();
+	$calls = $redis->scripts_run;
 	my $t1 = time;
 	is($sa->query_safe(q{SELECT count(*) FROM generate_series(1, 20) g WHERE rl_allow('live', 100 + 0 * g, '1 hour')}),
 		'20', '20 calls admitted');
-	my $n_calls = scripts_run() - $calls;
+	my $n_calls = $redis->scripts_run - $calls;
 	is($n_calls, 3, 'three Redis calls for the 20: two alone while the key warmed up, then a batch the rest came from')
 	  if time - $t1 < 5;
 	# its rest goes back now, not in a later section's count of Redis calls
@@ -351,10 +339,10 @@ EOS
 # 4. Batches off, the default: every call asks Redis
 # ---------------------------------------------------------------------
 {
-	my $calls = scripts_run();
+	my $calls = $redis->scripts_run;
 	is($a_node->safe_psql('postgres', q{SELECT count(*) FROM generate_series(1, 20) g WHERE rl_allow('off', 100 + 0 * g, '1 hour')}),
 		'20', 'batches off: 20 calls admitted');
-	is(scripts_run() - $calls, 20, 'one Redis call each');
+	is($redis->scripts_run - $calls, 20, 'one Redis call each');
 	is($b_node->safe_psql('postgres', q{SELECT 100 - remaining FROM rl_peek('off', 100, '1 hour')}), '20',
 		'and the log counts exactly 20');
 	is($a_node->safe_psql('postgres', q{SHOW slidewin.local_batch}), '0', 'slidewin.local_batch is 0 by default');
@@ -418,7 +406,7 @@ EOS
 
 	# (a) a key called once pays for no batch: one entry of its own cost,
 	# scored at its time, and nothing given back later
-	my $calls = scripts_run();
+	my $calls = $redis->scripts_run;
 	my $t0    = time;
 	is($sa->query_safe(q{SELECT allowed, remaining FROM rl_attempt('once', 100, '1 hour', 3)}), 't|97',
 		'a key called once: admitted, Redis counts its own 3 units');
@@ -429,10 +417,10 @@ EOS
 	is($e[0][1], 3, '... of the call\'s own 3 units, not a batch');
 	cmp_ok($e[0][0], '<=', ($t1 + 0.01) * 1e6, '... scored at the call, not ahead by d');
 	ok(!has_refund('once'), 'no refund of the key followed');
-	is(scripts_run() - $calls, 1, 'one Redis call in all');
+	is($redis->scripts_run - $calls, 1, 'one Redis call in all');
 
 	# a key called once per 10 d (d = 20 ms here): every call alone
-	$calls = scripts_run();
+	$calls = $redis->scripts_run;
 	$sa->query_safe(q{SET slidewin.local_batch_time = '20ms'});
 	$sa->query_safe(q{DO $$ BEGIN
 		FOR i IN 1 .. 5 LOOP PERFORM rl_allow('rare', 100, '1 hour'); PERFORM pg_sleep(0.2); END LOOP;
@@ -441,18 +429,18 @@ EOS
 	@e = log_entries('rare');
 	is(join(',', map { $_->[1] } @e), '1,1,1,1,1', 'a key called once per 10 d: five entries of one unit each');
 	ok(!has_refund('rare'), 'no refund of it');
-	is(scripts_run() - $calls, 5, 'one Redis call per call, no more');
+	is($redis->scripts_run - $calls, 5, 'one Redis call per call, no more');
 
 	# (b) a steady rate of one call per 10 ms (or slower, on a busy
 	# machine), d = 200 ms: batches of at most d / 10 ms = 20 units, far
 	# below the setting
-	$calls = scripts_run();
+	$calls = $redis->scripts_run;
 	$sa->query_safe(q{SET slidewin.local_batch_time = '200ms'});
 	$sa->query_safe(q{DO $$ BEGIN
 		FOR i IN 1 .. 200 LOOP PERFORM rl_allow('steady', 1000000, '1 hour'); PERFORM pg_sleep(0.01); END LOOP;
 		END $$});
 	$sa->query_safe(q{SET slidewin.local_batch_time = '100ms'});
-	my $n_calls = scripts_run() - $calls;
+	my $n_calls = $redis->scripts_run - $calls;
 	my @sizes = map { $_->[1] } log_entries('steady');
 	my @batches = grep { $_ > 1 } @sizes;
 	my ($most) = sort { $b <=> $a } @sizes;
@@ -463,10 +451,10 @@ EOS
 	cmp_ok($n_calls / 200, '<', 0.5, sprintf('Redis calls per admission well below 1 (%.3f)', $n_calls / 200));
 
 	# (b) a hot key: many calls per d, batches never above the setting
-	$calls = scripts_run();
+	$calls = $redis->scripts_run;
 	is($sa->query_safe(q{SELECT count(*) FROM generate_series(1, 2000) g WHERE rl_allow('hotter', 1000000 + 0 * g, '1 hour')}),
 		'2000', 'a hot key: 2000 calls in one statement admitted');
-	$n_calls = scripts_run() - $calls;
+	$n_calls = $redis->scripts_run - $calls;
 	@sizes = map { $_->[1] } log_entries('hotter');
 	($most) = sort { $b <=> $a } @sizes;
 	note(sprintf('hot key: 2000 calls, %d Redis calls (%.4f per admission), the largest batch %d units',
@@ -476,7 +464,7 @@ EOS
 
 	# (c) after a silence of more than 16 d, the next call goes alone again
 	usleep(2_000_000);
-	$calls = scripts_run();
+	$calls = $redis->scripts_run;
 	is($sa->query_safe(q{SELECT allowed FROM rl_attempt('hotter', 1000000, '1 hour', 2)}), 't',
 		'the hot key, called again after 2 s (20 d)');
 	my $t2 = time;
@@ -484,7 +472,7 @@ EOS
 	@e = log_entries('hotter');
 	is($e[-1][1], 2, 'it went alone: its entry holds its own 2 units');
 	cmp_ok($e[-1][0], '<=', ($t2 + 0.01) * 1e6, '... scored at the call');
-	is(scripts_run() - $calls, 1, 'one Redis call, and no refund after it');
+	is($redis->scripts_run - $calls, 1, 'one Redis call, and no refund after it');
 	$sa->quit;
 }
 

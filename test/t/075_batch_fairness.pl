@@ -230,33 +230,18 @@ $redis->cli('SET', 'slidewin:logw:fair_reset', 'B');
 $a_node->safe_psql('postgres', "SELECT rl_reset('fair_reset')");
 is($redis->cli('EXISTS', 'slidewin:logw:fair_reset'), 0, 'mark: rl_reset deletes the key\'s waiting mark');
 
-# The deny cache keeps a denial for at most d under batches: other servers
-# give their batches' rest back within d, which it cannot see. On a key
-# full for an hour, one backend calling every 5 ms for 0.3 s asks Redis
-# again about every d = 20 ms with batches on; with them off, the cached
-# denial stands for the rest of the hour and Redis is asked once.
-sub scripts_run
-{
-	my $n = 0;
-	for my $line (split /\n/, $redis->cli('INFO', 'commandstats'))
-	{
-		$n += $1 - $2
-		  if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
-	}
-	return $n;
-}
 for my $mode ([ 'off', 0 ], [ 'on', $batch ])
 {
 	my ($name, $n) = @$mode;
 	my $key = "fair_dc_$name";
 	$a_node->safe_psql('postgres', "SELECT count(*) FROM generate_series(1, 5) g WHERE rl_allow('$key', 5 + 0 * g, '1 hour')");
-	my $before = scripts_run();
+	my $before = $redis->scripts_run;
 	my $admitted = $a_node->safe_psql('postgres', qq{
 		SET slidewin.local_batch = $n; SET slidewin.local_batch_time = $d_ms;
 		SELECT count(*) FILTER (WHERE ok) FROM (
 		  SELECT rl_allow('$key', 5 + 0 * g, '1 hour') AS ok, pg_sleep(0.005)
 		  FROM generate_series(1, 60) g) c});
-	my $asked = scripts_run() - $before;
+	my $asked = $redis->scripts_run - $before;
 	is($admitted, 0, "deny cache, batches $name: the full key admits none of 60 calls");
 	if ($name eq 'off')
 	{

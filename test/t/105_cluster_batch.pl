@@ -50,18 +50,6 @@ sub holder
 	return $h[0];
 }
 
-# Scripts a master has run so far (a NOSCRIPT reply ran nothing).
-sub scripts_run
-{
-	my ($m) = @_;
-	my $n = 0;
-	for my $line (split /\n/, scalar $m->cli('info', 'commandstats'))
-	{
-		$n += $1 - $2 if $line =~ /^cmdstat_(?:eval(?:sha)?|fcall):calls=(\d+),.*failed_calls=(\d+)/;
-	}
-	return $n;
-}
-
 # Script calls a master redirected (MOVED or ASK).
 sub rejected
 {
@@ -129,13 +117,13 @@ for my $n ($a_node, $b_node)
 {
 	$a_node->safe_psql('postgres', q{SELECT rl_allow('hot', 1000000000, '1 hour')});
 	my $m = holder('hot') or die 'the hot key is nowhere';
-	my $before = scripts_run($m);
+	my $before = $m->scripts_run;
 	my $sa = $a_node->background_psql('postgres');
 	$sa->query_safe('SET slidewin.local_batch = 100');
 	$sa->query_safe("SET slidewin.local_batch_time = '100ms'");
 	is($sa->query_safe(q{SELECT count(*) FROM generate_series(1, 2000) g WHERE rl_allow('hot', 1000000000 + 0 * g, '1 hour')}),
 		'2000', 'a hot key: 2000 calls admitted');
-	my $calls = scripts_run($m) - $before;
+	my $calls = $m->scripts_run - $before;
 	note(sprintf('hot key: 2000 calls, %d scripts on its master (%.4f per call)', $calls, $calls / 2000));
 	cmp_ok($calls / 2000, '<', 0.1, "far fewer scripts on the key's master than calls ($calls)");
 	my @sizes = map { $_->[1] } log_entries($m, 'hot');
