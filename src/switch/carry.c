@@ -190,11 +190,25 @@ static int	n_carried_all = 0;
 static bool carry_complete_all[RL_MAX_KEYS];
 static uint64 carry_gen_all[RL_MAX_KEYS];
 
+/*
+ * A carry's deletions rolled back: its rows are back in the table, though
+ * Redis has them. Moving the epoch makes the next call of their key carry
+ * them again (and delete them) rather than take the key as carried
+ * already (carry_done_at).
+ */
+static void
+carried_rows_back(void)
+{
+	carry_maybe = true;
+	if (outage_shared != NULL)
+		pg_atomic_fetch_add_u64(&outage_shared->epoch, 1);
+}
+
 static void
 carry_xact_callback(XactEvent event, void *arg)
 {
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-		carry_maybe = carry_maybe || carried_in_xact;
+	if ((event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT) && carried_in_xact)
+		carried_rows_back();
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
 		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_PREPARE)
@@ -223,7 +237,7 @@ carry_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					   SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB && carried_in_xact)
-		carry_maybe = true;
+		carried_rows_back();
 }
 
 void
@@ -570,21 +584,135 @@ carry_measured(int rows, TimestampTz started)
 }
 
 /*
+ * Carriers of one key take turns. When a key's first call after an outage
+ * comes from many backends at once, each used to send every row of the key,
+ * batch for batch in step with the others (Redis recorded each row once, but
+ * was sent it by every one of them): 20 backends and 30,000 rows made each
+ * of those calls wait 11 s (TAP 112). So a carry of the key holds its carry
+ * lock while it sends the rows, and the carry that follows it sends nothing
+ * when no fallback row was written or committed on the server since the one
+ * before began to look (the epoch), for then every row it could see was sent
+ * already; its deletions only wait for their commit. The lock is never
+ * held while waiting for another lock, and each of the holder's round trips
+ * ends within slidewin.command_timeout; still, the wait for it is bounded
+ * (and interruptible): past it the call carries beside the other, as
+ * before.
+ */
+#define CARRY_TURN_WAIT_MS 10000
+
+static OutageSlot *
+carry_record_slot(const RlArgs *args, uint64 *kh)
+{
+	if (!outage_seeds_active())
+		return NULL;
+	*kh = outage_keyhash(args);
+	return &outage_shared->slots[*kh % slidewin_outage_keys];
+}
+
+/* Whether the last complete carry of the key began at this epoch. */
+static bool
+carry_done_at(const RlArgs *args, uint64 epoch)
+{
+	uint64		kh;
+	OutageSlot *slot = carry_record_slot(args, &kh);
+	bool		done;
+
+	if (slot == NULL)
+		return false;
+	SpinLockAcquire(&slot->mutex);
+	done = slot->carry_keyhash == kh && slot->carry_db == MyDatabaseId &&
+		slot->carry_algo == (int) args->algorithm && slot->carry_epoch == epoch;
+	SpinLockRelease(&slot->mutex);
+	return done;
+}
+
+static void
+carry_done_record(const RlArgs *args, uint64 epoch)
+{
+	uint64		kh;
+	OutageSlot *slot = carry_record_slot(args, &kh);
+
+	if (slot == NULL)
+		return;
+	SpinLockAcquire(&slot->mutex);
+	slot->carry_keyhash = kh;
+	slot->carry_db = MyDatabaseId;
+	slot->carry_algo = (int) args->algorithm;
+	slot->carry_epoch = epoch;
+	SpinLockRelease(&slot->mutex);
+}
+
+/* A carry's turn at its key: the lock held, and the epoch it read first. */
+typedef struct CarryTurn
+{
+	bool		active;			/* turns are kept (the outage table exists) */
+	bool		locked;
+	LOCKTAG		tag;
+	uint64		epoch;
+} CarryTurn;
+
+/*
+ * Take the key's turn, waiting at most wait_ms. False when the carry has
+ * nothing to do: the last complete carry of the key began at the epoch read
+ * here, and sent everything.
+ */
+static bool
+turn_take(CarryTurn *t, const RlArgs *key, int wait_ms)
+{
+	t->locked = fallback_try_lock_carry(key, &t->tag, wait_ms);
+	if (t->locked && carry_done_at(key, t->epoch))
+	{
+		fallback_unlock_key(&t->tag);
+		t->locked = false;
+		return false;
+	}
+	return true;
+}
+
+static void
+turn_end(CarryTurn *t, const RlArgs *key, bool sent_all)
+{
+	if (!t->locked)
+		return;
+	if (sent_all)
+		carry_done_record(key, t->epoch);
+	fallback_unlock_key(&t->tag);
+	t->locked = false;
+}
+
+/*
  * Carry the rows of one key into Redis: of args' key, or (args NULL) of
  * the first key, in key order under this backend's prefix, with a row
  * waiting (fallback_carry_collect). *found: whether there was
  * anything. False when Redis could not answer (r filled in): the rows stay.
+ * The key's turn is waited for (args set), or only tried once the key is
+ * known (args NULL: that carry only tidies up after the call, and leaves a
+ * key another backend is carrying to it). An error gives the turn up with
+ * the (sub)transaction.
  */
 static bool
 carry_one(const RlArgs *args, bool *found, RedisResult *r)
 {
+	CarryTurn	turn = {0};
 	FallbackCarry c;
 	RlArgs		same;
 	int64		recorded;
 	ItemPointerData *skip = NULL;
 	int			nskip = 0;
+	int64		after = -1;		/* the next batch's rows come after this time */
 
 	*found = false;
+	if (outage_shared != NULL)
+	{
+		turn.active = true;
+		/* read before looking: a row written after it moves it */
+		turn.epoch = pg_atomic_read_u64(&outage_shared->epoch);
+		if (args != NULL && !turn_take(&turn, args, CARRY_TURN_WAIT_MS))
+		{
+			*found = true;
+			return true;
+		}
+	}
 	for (;;)
 	{
 		/*
@@ -598,8 +726,13 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 		int			batch = carry_batch();
 		TimestampTz started;
 
-		if (!fallback_carry_collect(args, batch, skip, nskip, &c))
+		if (!fallback_carry_collect(args, batch, after, skip, nskip, &c))
 		{
+			if (after >= 0)
+			{
+				after = -1;		/* the last look goes over the whole key */
+				continue;
+			}
 			/*
 			 * Another key's rows that another backend carried (and deleted)
 			 * between finding them and reading them: others may still wait.
@@ -611,12 +744,22 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 			 */
 			if (c.waiting)
 				*found = true;
+			turn_end(&turn, args, true);
 			return true;
 		}
 		*found = true;
+		if (args == NULL && turn.active)
+		{
+			/* the key is known now: its turn, if nobody else has it */
+			if (!turn_take(&turn, &c.args, 0) || !turn.locked)
+				return true;
+		}
 		started = GetCurrentTimestamp();
 		if (!redis_store_import(&c.args, c.entries.data, c.n, &recorded, r))
+		{
+			turn_end(&turn, &c.args, false);
 			return false;
+		}
 		carry_measured(c.n, started);
 		skip = skip ? repalloc(skip, (nskip + c.n) * sizeof(ItemPointerData))
 			: palloc(c.n * sizeof(ItemPointerData));
@@ -624,7 +767,22 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 		carried_in_xact = true;
 		stats_outage(STATS_OUTAGE_CARRIED, recorded);
 		if (c.n < batch)
-			return true;
+		{
+			if (after < 0)
+			{
+				turn_end(&turn, &c.args, true);
+				return true;
+			}
+
+			/*
+			 * The key's rows from where the batches went on: a row of another
+			 * backend committed meanwhile may lie before that point. The whole
+			 * key is looked over once more, as the first batch did.
+			 */
+			after = -1;
+		}
+		else
+			after = c.last_ts;
 		same = c.args;			/* more of the same key */
 		args = &same;
 	}

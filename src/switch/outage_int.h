@@ -49,6 +49,18 @@ typedef struct OutageSlot
 	Oid			carried_db;		/* InvalidOid: no database's rows */
 	int64		carried_to;
 	uint64		carried_gen;
+
+	/*
+	 * The last carry of a key of this slot that sent every row it could see
+	 * (carry.c, carry_one): of the key carry_keyhash (0: none) and algorithm
+	 * carry_algo in database carry_db, which read the epoch carry_epoch before
+	 * it looked. A carry of the same key that finds the epoch still there has
+	 * nothing to send: no row was written or committed since.
+	 */
+	uint64		carry_keyhash;
+	Oid			carry_db;
+	int			carry_algo;
+	uint64		carry_epoch;
 } OutageSlot;
 
 /*

@@ -184,8 +184,12 @@ try_delete(CarryRel *c, ItemPointer tid)
 	return slidewin_heap_delete(c->rel, tid, GetCurrentCommandId(true), false, &tmfd) == TM_Ok;
 }
 
+/*
+ * The rows of key: all of them (ts < 0), the one of time ts, or (after)
+ * those of times past ts.
+ */
 static IndexScanDesc
-scan_key(CarryRel *c, text *key, int64 ts)
+scan_key_ts(CarryRel *c, text *key, int64 ts, bool after)
 {
 	ScanKeyData sk[2];
 	int			nkeys = 1;
@@ -193,12 +197,21 @@ scan_key(CarryRel *c, text *key, int64 ts)
 
 	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(key));
-	if (ts >= 0)
+	if (ts >= 0 && after)
+		ScanKeyEntryInitialize(&sk[nkeys++], 0, 2, BTGreaterStrategyNumber, InvalidOid,
+							   InvalidOid, F_INT8GT, Int64GetDatum(ts));
+	else if (ts >= 0)
 		ScanKeyEntryInitialize(&sk[nkeys++], 0, 2, BTEqualStrategyNumber, InvalidOid,
 							   InvalidOid, F_INT8EQ, Int64GetDatum(ts));
 	scan = slidewin_index_beginscan(c->rel, c->key_idx, SnapshotSelf, nkeys, 0);
 	index_rescan(scan, sk, nkeys, NULL, 0);
 	return scan;
+}
+
+static IndexScanDesc
+scan_key(CarryRel *c, text *key, int64 ts)
+{
+	return scan_key_ts(c, key, ts, false);
 }
 
 /*
@@ -334,10 +347,10 @@ fallback_carry_name(const RlArgs *args, int64 ts, char *buf, size_t size)
  * algorithm and its time (unique per key and algorithm here).
  */
 static void
-collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max,
+collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max, int64 after,
 			const ItemPointerData *skip, int nskip, FallbackCarry *c)
 {
-	IndexScanDesc scan = scan_key(r, key, -1);
+	IndexScanDesc scan = scan_key_ts(r, key, after, true);
 	const char *from = origin();
 
 	while (c->n < max && index_getnext_slot(scan, ForwardScanDirection, r->slot))
@@ -349,11 +362,12 @@ collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max,
 					expires;
 		bool		skipped = false;
 
+		ts = slot_int8(r->slot, CA_ATT_TS);
+		c->last_ts = ts;
 		for (int i = 0; i < nskip && !skipped; i++)
 			skipped = ItemPointerEquals(&r->slot->tts_tid, (ItemPointer) &skip[i]);
 		if (skipped)
 			continue;
-		ts = slot_int8(r->slot, CA_ATT_TS);
 		cost = slot_int8(r->slot, CA_ATT_COST);
 		lim = slot_int8(r->slot, CA_ATT_LIM);
 		win = slot_int8(r->slot, CA_ATT_WIN);
@@ -405,8 +419,8 @@ sweep_pages(CarryRel *r, int64 now)
 }
 
 bool
-fallback_carry_collect(const RlArgs *args, int max, const ItemPointerData *skip, int nskip,
-					   FallbackCarry *c)
+fallback_carry_collect(const RlArgs *args, int max, int64 after,
+					   const ItemPointerData *skip, int nskip, FallbackCarry *c)
 {
 	CarryRel	r;
 	int64		now;
@@ -416,6 +430,7 @@ fallback_carry_collect(const RlArgs *args, int max, const ItemPointerData *skip,
 	int16		algo = 0;
 
 	memset(c, 0, sizeof(*c));
+	c->last_ts = -1;
 	if (!lookup_oids())
 		return false;
 	carry_open(&r, RowExclusiveLock);
@@ -498,7 +513,7 @@ fallback_carry_collect(const RlArgs *args, int max, const ItemPointerData *skip,
 	}
 	initStringInfo(&c->entries);
 	c->tids = palloc(max * sizeof(ItemPointerData));
-	collect_key(&r, key, algo, now, max, skip, nskip, c);
+	collect_key(&r, key, algo, now, max, args ? after : -1, skip, nskip, c);
 	CommandCounterIncrement();
 	carry_close(&r);
 	return c->n > 0;

@@ -45,6 +45,8 @@ typedef struct FallbackCarry
 	ItemPointerData *tids;
 	bool		waiting;		/* args NULL: a key had rows waiting (even if
 								 * they were gone by the time they were read) */
+	int64		last_ts;		/* time of the last row the collection passed
+								 * (-1: none), to go on from (see below) */
 } FallbackCarry;
 
 /*
@@ -53,8 +55,13 @@ typedef struct FallbackCarry
  * leaving out the nskip rows of skip. Rows already out of their windows are
  * deleted on the way. False: none (with args NULL, c->waiting says whether
  * the table had rows of some key waiting all the same).
+ *
+ * after >= 0 (args set): only rows admitted after that time, so that the
+ * next batch of a key goes on where the last one stopped (its c->last_ts)
+ * instead of stepping again over the index entries of every row this
+ * transaction has deleted, which made carrying n rows cost n^2/batch.
  */
-extern bool fallback_carry_collect(const RlArgs *args, int max,
+extern bool fallback_carry_collect(const RlArgs *args, int max, int64 after,
 								   const ItemPointerData *skip, int nskip,
 								   FallbackCarry *c);
 

@@ -37,6 +37,7 @@
 
 /* Distinguishes our lock tags from user advisory locks (which use 1 and 2). */
 #define FALLBACK_LOCK_CLASS 0x5357
+#define CARRY_LOCK_CLASS 0x5343
 
 
 FbTable fallback_tables[TBL_COUNT] = {
@@ -482,14 +483,13 @@ fallback_lock_key(const RlArgs *args, LOCKTAG *tag)
  * The same lock, waited for at most timeout_ms, interruptibly, and never
  * queued for (no deadlock can involve it): false if it was not had.
  */
-bool
-fallback_try_lock_key(const RlArgs *args, LOCKTAG *tag, int timeout_ms)
+static bool
+try_lock_class(const RlArgs *args, LOCKTAG *tag, int timeout_ms, uint16 lock_class)
 {
 	uint64		h = fallback_key_hash(stored_key(args));
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 FALLBACK_LOCK_CLASS);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h, lock_class);
 	for (;;)
 	{
 		if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
@@ -501,6 +501,23 @@ fallback_try_lock_key(const RlArgs *args, LOCKTAG *tag, int timeout_ms)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
+}
+
+bool
+fallback_try_lock_key(const RlArgs *args, LOCKTAG *tag, int timeout_ms)
+{
+	return try_lock_class(args, tag, timeout_ms, FALLBACK_LOCK_CLASS);
+}
+
+/*
+ * The lock that one carrier of the key at a time holds while it sends the
+ * key's rows (carry.c): another lock than the admissions', taken the same
+ * way, and released when the rows are sent, not at commit.
+ */
+bool
+fallback_try_lock_carry(const RlArgs *args, LOCKTAG *tag, int timeout_ms)
+{
+	return try_lock_class(args, tag, timeout_ms, CARRY_LOCK_CLASS);
 }
 
 void

@@ -34,6 +34,13 @@ extern bool fallback_try_lock_key(const RlArgs *args, LOCKTAG *tag, int timeout_
 extern void fallback_unlock_key(LOCKTAG *tag);
 
 /*
+ * The lock a carry of the key's rows into Redis holds while it sends them,
+ * so that carriers of one key take turns (carry.c); released with
+ * fallback_unlock_key.
+ */
+extern bool fallback_try_lock_carry(const RlArgs *args, LOCKTAG *tag, int timeout_ms);
+
+/*
  * The order in which a call over several keys takes their locks (by the
  * lock tag, then by the stored key): order[] gets the indexes of args.
  * Every such call takes them in this one order, whatever the caller's, so
