@@ -213,18 +213,21 @@ carry_xact_callback(XactEvent event, void *arg)
 		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_PREPARE)
 	{
-		/* at COMMIT the rows are visible to every backend by now */
-		pending_end();
-
 		/*
-		 * The epoch moved when the rows were written, and a backend that
-		 * looked meanwhile found none (not yet committed) and stopped
-		 * looking: move it again now that they can be found.
+		 * At COMMIT the rows are visible to every backend by now. The epoch
+		 * moved when the rows were written, and a backend that looked
+		 * meanwhile found none (not yet committed) and stopped looking: move
+		 * it again now that they can be found. Before the marks are
+		 * cleared (a full barrier): a carry that waited for this backend's
+		 * mark then reads the new epoch, and cannot take the key for
+		 * carried by a carry that began before these rows could be seen
+		 * (carry_done_at).
 		 */
 		if (wrote_in_xact && outage_shared != NULL &&
 			(event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 			 event == XACT_EVENT_PREPARE))
 			pg_atomic_fetch_add_u64(&outage_shared->epoch, 1);
+		pending_end();
 		wrote_in_xact = false;
 		carried_in_xact = false;
 		n_key_locked = 0;		/* a transaction's locks: gone with it */

@@ -180,6 +180,13 @@ outage_process_utility(PlannedStmt *pstmt, const char *queryString,
 	bool		commit_prepared = parsetree != NULL && IsA(parsetree, TransactionStmt) &&
 		((TransactionStmt *) parsetree)->kind == TRANS_STMT_COMMIT_PREPARED;
 
+	/*
+	 * Moved before as well: a carry that begins while the rows become
+	 * visible must not take the key for carried by one that began before
+	 * (carry.c, carry_done_at), between the commit and the move after it.
+	 */
+	if (commit_prepared && outage_shared != NULL)
+		pg_atomic_fetch_add_u64(&outage_shared->epoch, 1);
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
 							 queryEnv, dest, qc);
