@@ -53,6 +53,7 @@
 #include "utils/wait_event.h"
 
 #include "carry.h"
+#include "carry_turn.h"
 #include "compat.h"
 #include "fallback.h"
 #include "fallback_carry.h"
@@ -194,7 +195,7 @@ static uint64 carry_gen_all[RL_MAX_KEYS];
  * A carry's deletions rolled back: its rows are back in the table, though
  * Redis has them. Moving the epoch makes the next call of their key carry
  * them again (and delete them) rather than take the key as carried
- * already (carry_done_at).
+ * already (carry_turn.c, carry_done_at).
  */
 static void
 carried_rows_back(void)
@@ -221,7 +222,7 @@ carry_xact_callback(XactEvent event, void *arg)
 		 * cleared (a full barrier): a carry that waited for this backend's
 		 * mark then reads the new epoch, and cannot take the key for
 		 * carried by a carry that began before these rows could be seen
-		 * (carry_done_at).
+		 * (carry_turn.c, carry_done_at).
 		 */
 		if (wrote_in_xact && outage_shared != NULL &&
 			(event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
@@ -587,103 +588,6 @@ carry_measured(int rows, TimestampTz started)
 }
 
 /*
- * Carriers of one key take turns. When a key's first call after an outage
- * comes from many backends at once, each used to send every row of the key,
- * batch for batch in step with the others (Redis recorded each row once, but
- * was sent it by every one of them): 20 backends and 30,000 rows made each
- * of those calls wait 11 s (TAP 112). So a carry of the key holds its carry
- * lock while it sends the rows, and the carry that follows it sends nothing
- * when no fallback row was written or committed on the server since the one
- * before began to look (the epoch), for then every row it could see was sent
- * already; its deletions only wait for their commit. The lock is never
- * held while waiting for another lock, and each of the holder's round trips
- * ends within slidewin.command_timeout; still, the wait for it is bounded
- * (and interruptible): past it the call carries beside the other, as
- * before.
- */
-#define CARRY_TURN_WAIT_MS 10000
-
-static OutageSlot *
-carry_record_slot(const RlArgs *args, uint64 *kh)
-{
-	if (!outage_seeds_active())
-		return NULL;
-	*kh = outage_keyhash(args);
-	return &outage_shared->slots[*kh % slidewin_outage_keys];
-}
-
-/* Whether the last complete carry of the key began at this epoch. */
-static bool
-carry_done_at(const RlArgs *args, uint64 epoch)
-{
-	uint64		kh;
-	OutageSlot *slot = carry_record_slot(args, &kh);
-	bool		done;
-
-	if (slot == NULL)
-		return false;
-	SpinLockAcquire(&slot->mutex);
-	done = slot->carry_keyhash == kh && slot->carry_db == MyDatabaseId &&
-		slot->carry_algo == (int) args->algorithm && slot->carry_epoch == epoch;
-	SpinLockRelease(&slot->mutex);
-	return done;
-}
-
-static void
-carry_done_record(const RlArgs *args, uint64 epoch)
-{
-	uint64		kh;
-	OutageSlot *slot = carry_record_slot(args, &kh);
-
-	if (slot == NULL)
-		return;
-	SpinLockAcquire(&slot->mutex);
-	slot->carry_keyhash = kh;
-	slot->carry_db = MyDatabaseId;
-	slot->carry_algo = (int) args->algorithm;
-	slot->carry_epoch = epoch;
-	SpinLockRelease(&slot->mutex);
-}
-
-/* A carry's turn at its key: the lock held, and the epoch it read first. */
-typedef struct CarryTurn
-{
-	bool		active;			/* turns are kept (the outage table exists) */
-	bool		locked;
-	LOCKTAG		tag;
-	uint64		epoch;
-} CarryTurn;
-
-/*
- * Take the key's turn, waiting at most wait_ms. False when the carry has
- * nothing to do: the last complete carry of the key began at the epoch read
- * here, and sent everything.
- */
-static bool
-turn_take(CarryTurn *t, const RlArgs *key, int wait_ms)
-{
-	t->locked = fallback_try_lock_carry(key, &t->tag, wait_ms);
-	if (t->locked && carry_done_at(key, t->epoch))
-	{
-		fallback_unlock_key(&t->tag);
-		t->locked = false;
-		return false;
-	}
-	return true;
-}
-
-static void
-turn_end(CarryTurn *t, const RlArgs *key, bool sent_all)
-{
-	if (!t->locked)
-		return;
-	if (sent_all)
-		carry_done_record(key, t->epoch);
-	fallback_unlock_key(&t->tag);
-	t->locked = false;
-}
-
-/*
  * Carry the rows of one key into Redis: of args' key, or (args NULL) of
  * the first key, in key order under this backend's prefix, with a row
  * waiting (fallback_carry_collect). *found: whether there was
@@ -710,7 +614,7 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 		turn.active = true;
 		/* read before looking: a row written after it moves it */
 		turn.epoch = pg_atomic_read_u64(&outage_shared->epoch);
-		if (args != NULL && !turn_take(&turn, args, CARRY_TURN_WAIT_MS))
+		if (args != NULL && !carry_turn_take(&turn, args, CARRY_TURN_WAIT_MS))
 		{
 			*found = true;
 			return true;
@@ -747,20 +651,20 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 			 */
 			if (c.waiting)
 				*found = true;
-			turn_end(&turn, args, true);
+			carry_turn_end(&turn, args, true);
 			return true;
 		}
 		*found = true;
 		if (args == NULL && turn.active)
 		{
 			/* the key is known now: its turn, if nobody else has it */
-			if (!turn_take(&turn, &c.args, 0) || !turn.locked)
+			if (!carry_turn_take(&turn, &c.args, 0) || !turn.locked)
 				return true;
 		}
 		started = GetCurrentTimestamp();
 		if (!redis_store_import(&c.args, c.entries.data, c.n, &recorded, r))
 		{
-			turn_end(&turn, &c.args, false);
+			carry_turn_end(&turn, &c.args, false);
 			return false;
 		}
 		carry_measured(c.n, started);
@@ -773,7 +677,7 @@ carry_one(const RlArgs *args, bool *found, RedisResult *r)
 		{
 			if (after < 0)
 			{
-				turn_end(&turn, &c.args, true);
+				carry_turn_end(&turn, &c.args, true);
 				return true;
 			}
 
