@@ -10,8 +10,9 @@
  * Redis has recorded them. Rows are written and deleted in the caller's
  * transaction: an admission that rolls back takes its row with it, and a
  * carry whose transaction rolls back leaves the rows to be sent again, which
- * Redis recognises by their names. Rows whose window has ended are deleted
- * by the next carry that passes them, and never sent. The table is indexed
+ * Redis recognises by their names. Rows whose window has ended are never
+ * sent: the next carry that passes them deletes them, and so do sweeps of a
+ * page at a time, also while Redis is away (sweep_pages). The table is indexed
  * on (key, ts) only (1.13 dropped the index on expires, which every
  * admission paid for): a carry that looks for a key to carry walks its
  * prefix's keys in key order, and sweeps a few heap pages for ended rows of
@@ -75,6 +76,16 @@
 #define CARRY_SWEEP 32
 #define CARRY_MAX_FOREIGN 64
 #define CARRY_SWEEP_PAGES 4
+
+/*
+ * While Redis is away nothing carries, and every admission adds a row: a
+ * backend sweeps one page for ended rows every this many rows it adds. A
+ * page holds about 70 rows, so the sweep goes round the table about twice
+ * as fast as rows fill it, and the table holds about twice the rows whose
+ * windows are still open, however long the outage (without it, one row
+ * per admission stayed until Redis answered again).
+ */
+#define CARRY_ADD_SWEEP_EVERY 32
 
 static bool oids_known = false;
 static Oid	carry_rel = InvalidOid;
@@ -234,6 +245,9 @@ scan_keys_from(CarryRel *c, text *from)
 	return scan;
 }
 
+static void sweep_pages(CarryRel *r, int64 now, int npages);
+static uint32 adds_since_sweep = 0;
+
 bool
 fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 {
@@ -294,6 +308,12 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 						 &tup->t_self, c.rel, UNIQUE_CHECK_NO, false, expires_info);
 	}
 	heap_freetuple(tup);
+	if (++adds_since_sweep >= CARRY_ADD_SWEEP_EVERY)
+	{
+		adds_since_sweep = 0;
+		sweep_pages(&c, fallback_clock(), 1);
+		CommandCounterIncrement();
+	}
 	carry_close(&c);
 	return true;
 }
@@ -389,33 +409,32 @@ collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max, int64 after,
 }
 
 /*
- * Ended rows of any prefix, CARRY_SWEEP_PAGES heap pages at a time from
- * where this backend's last sweep stopped, so that a prefix no call uses
- * any more does not keep its rows for ever: a carry that finds nothing to
- * carry under its own prefix sweeps a few pages, and a full cycle of the
- * table takes its pages / CARRY_SWEEP_PAGES such passes.
+ * Ended rows of any prefix, npages heap pages from the server's sweep
+ * cursor (fallback_carry_sweep_block), so that rows no carry will ever
+ * send still go: those of a prefix no call uses any more (a carry that
+ * finds nothing under its own prefix sweeps CARRY_SWEEP_PAGES pages), and
+ * those that end while Redis stays away, when nothing carries at all
+ * (every CARRY_ADD_SWEEP_EVERY-th row a backend adds, it sweeps a page).
+ * An ended row is never sent, so deleting one is always safe; one another
+ * transaction is deleting is left to it.
  */
-static BlockNumber sweep_next_block = 0;
-
 static void
-sweep_pages(CarryRel *r, int64 now)
+sweep_pages(CarryRel *r, int64 now, int npages)
 {
 	BlockNumber nblocks = RelationGetNumberOfBlocks(r->rel);
-	BlockNumber npages;
-	TableScanDesc scan;
 
 	if (nblocks == 0)
 		return;
-	if (sweep_next_block >= nblocks)
-		sweep_next_block = 0;
-	npages = Min(CARRY_SWEEP_PAGES, nblocks - sweep_next_block);
-	scan = table_beginscan_strat(r->rel, SnapshotSelf, 0, NULL, true, false);
-	heap_setscanlimits(scan, sweep_next_block, npages);
-	while (table_scan_getnextslot(scan, ForwardScanDirection, r->slot))
-		if (slot_int8(r->slot, CA_ATT_EXPIRES) <= now)
-			try_delete(r, &r->slot->tts_tid);
-	table_endscan(scan);
-	sweep_next_block += npages;
+	for (int i = 0; i < npages && i < (int) nblocks; i++)
+	{
+		TableScanDesc scan = table_beginscan_strat(r->rel, SnapshotSelf, 0, NULL, true, false);
+
+		heap_setscanlimits(scan, fallback_carry_sweep_block(nblocks), 1);
+		while (table_scan_getnextslot(scan, ForwardScanDirection, r->slot))
+			if (slot_int8(r->slot, CA_ATT_EXPIRES) <= now)
+				try_delete(r, &r->slot->tts_tid);
+		table_endscan(scan);
+	}
 }
 
 bool
@@ -490,7 +509,7 @@ fallback_carry_collect(const RlArgs *args, int max, int64 after,
 		}
 		index_endscan(scan);
 		if (key == NULL)
-			sweep_pages(&r, now);
+			sweep_pages(&r, now, CARRY_SWEEP_PAGES);
 		if (key == NULL && more)
 		{
 			/* ended rows of the prefix remain: not done, come back */

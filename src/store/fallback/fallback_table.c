@@ -73,6 +73,7 @@ invalidate_oids(Datum arg, Oid relid)
 typedef struct SweepShared
 {
 	pg_atomic_uint64 min_ahead[TBL_COUNT];
+	pg_atomic_uint32 carry_block;	/* the next heap page of the carry sweep */
 } SweepShared;
 
 static SweepShared *sweep_shared = NULL;
@@ -95,6 +96,37 @@ sweep_shmem_attach(void *p, bool found)
 		for (int t = 0; t < TBL_COUNT; t++)
 			pg_atomic_init_u64(&sweep_shared->min_ahead[t],
 							   (uint64) (t == TBL_LOG || t == TBL_MLOG ? PG_INT64_MAX : 0));
+	if (!found)
+		pg_atomic_init_u32(&sweep_shared->carry_block, 0);
+}
+
+/*
+ * The next page of rl_fallback_carry for a sweep of ended rows to read, of
+ * a table of nblocks pages (> 0): one cursor shared by the server's
+ * backends, so that together they go round the table page by page (in any
+ * database: a cursor past a smaller table's end starts it again at its
+ * first page). Without shared_preload_libraries, each backend keeps its own.
+ */
+BlockNumber
+fallback_carry_sweep_block(BlockNumber nblocks)
+{
+	static uint32 mine = 0;
+	uint32		cur;
+
+	if (sweep_shared == NULL)
+	{
+		cur = mine < nblocks ? mine : 0;
+		mine = cur + 1;
+		return cur;
+	}
+	cur = pg_atomic_read_u32(&sweep_shared->carry_block);
+	for (;;)
+	{
+		uint32		pick = cur < nblocks ? cur : 0;
+
+		if (pg_atomic_compare_exchange_u32(&sweep_shared->carry_block, &cur, pick + 1))
+			return pick;
+	}
 }
 
 static const ShmemPart sweep_shmem_part = {"slidewin fallback sweeps", sweep_shmem_size, NULL,

@@ -7,6 +7,7 @@
 #ifndef SLIDEWIN_FALLBACK_TABLE_H
 #define SLIDEWIN_FALLBACK_TABLE_H
 
+#include "storage/block.h"
 #include "storage/lock.h"
 
 #include "limit.h"
@@ -23,6 +24,7 @@ extern Oid	fallback_relid_if_any(const char *relname);
 extern text *fallback_stored_key(const RlArgs *args);
 /* The store's clock: Unix microseconds (slidewin.test_now in tests). */
 extern int64 fallback_clock(void);
+extern BlockNumber fallback_carry_sweep_block(BlockNumber nblocks);
 
 /*
  * The lock under which a counting algorithm's fallback admissions of the
