@@ -1,8 +1,9 @@
 -- Ended rows of a key prefix that no call uses any more leave
 -- rl_fallback_carry all the same: a carry that finds nothing to carry under
 -- its own prefix sweeps a few heap pages for ended rows of any prefix
--- (fallback_carry.c, sweep_pages), from where its backend last stopped (a
--- new backend: the first page). On the test clock.
+-- (fallback_carry.c, sweep_pages), from the server's sweep cursor, which
+-- starts again at the first page of a table it has gone past the end of.
+-- On the test clock.
 SET TimeZone = 'UTC';
 SET slidewin.redis_retry_interval = 0;
 TRUNCATE rl_fallback_carry;
@@ -21,7 +22,7 @@ SET slidewin.key_prefix = 'regress:sweep:';
 SET slidewin.test_now = '2030-01-01 00:11:00+00';
 SELECT count(*) AS rows_before FROM rl_fallback_carry;
 -- Redis decides; then, with nothing of its prefix to carry, the call
--- sweeps the table's first pages (here, the whole table)
+-- sweeps four pages of the table (here, the whole table)
 SELECT allowed, remaining, store FROM rl_attempt('s', 5, '1 minute');
 SELECT count(*) AS rows_after FROM rl_fallback_carry;
 SELECT rl_reset('s');

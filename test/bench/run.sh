@@ -548,6 +548,14 @@ add_row fb_many B pgbench "Redis stopped, pure fallback, $(kfmt $many_keys) keys
 add_row brk_many B pgbench "Redis stopped, breaker default (1000 ms), $(kfmt $many_keys) keys" "$(many_sql b)"
 add_row fb_hot B pgbench 'Redis stopped, pure fallback, one hot key' \
 	"SELECT * FROM rl_attempt('fhot', 1000000000, '1 second');"
+# The same two workloads through rl_allow, which returns the decision alone,
+# a boolean, as plbase.attempt does: the same work in the store, without the
+# nine columns of rl_result (the function scan, printing them, and the
+# ticket's two HMACs) that the baseline does not make either.
+add_row fa_many B pgbench "Redis stopped, pure fallback, $(kfmt $many_keys) keys, through \`rl_allow\` (a boolean, as the baseline returns)" \
+	"SELECT rl_allow('a' || :k, 1000000, '1 minute');"
+add_row fa_hot B pgbench 'Redis stopped, pure fallback, one hot key, through `rl_allow`' \
+	"SELECT rl_allow('ahot', 1000000000, '1 second');"
 add_row brk_hot B pgbench 'Redis stopped, breaker default (1000 ms), one hot key' \
 	"SELECT * FROM rl_attempt('bhot', 1000000000, '1 second');"
 add_row fb_hot_long C pgbench "Redis stopped, pure fallback, one hot key, one continuous run$long_desc" \
@@ -565,7 +573,7 @@ add_row pl_steady D pgbench "PL/pgSQL baseline, one hot key, 5 s window, steady 
 R_extra[fb_steady]="-P 1" R_extra[pl_steady]="-P 1"
 R_clients[fb_steady]=8 R_clients[pl_steady]=8
 
-for id in fb_many fb_hot fb_hot_long fb_steady; do
+for id in fb_many fb_hot fa_many fa_hot fb_hot_long fb_steady; do
 	R_opts[$id]="-c slidewin.on_redis_error=fallback -c slidewin.redis_retry_interval=3600000"
 done
 for id in brk_many brk_hot; do
@@ -577,7 +585,7 @@ done
 # Tables that a workload deletes expired rows from: vacuumed before each of its
 # slices, so that every slice starts from the same state instead of inheriting
 # the dead rows of the slices before it (both stores alike).
-for id in fb_many brk_many fb_hot brk_hot fb_hot_long fb_steady; do R_vacuum[$id]='rl_fallback_log, rl_fallback_head'; done
+for id in fb_many brk_many fb_hot brk_hot fa_many fa_hot fb_hot_long fb_steady; do R_vacuum[$id]='rl_fallback_log, rl_fallback_head'; done
 R_vacuum[pl_many]=plbase.log R_vacuum[pl_hot]=plbase.log R_vacuum[pl_steady]=plbase.log
 R_zkey[hot0]=hot0 R_zstart[hot0]=0 R_prep[hot0]=empty
 R_zkey[hotmid]=hotmid R_zstart[hotmid]=$n_mid R_prep[hotmid]=tplmid
@@ -1035,7 +1043,7 @@ stop_redis "$work/redis"
 probe=$(PGOPTIONS="-c slidewin.on_redis_error=fallback" sql -c "SELECT store FROM rl_attempt('bench:probe:down', 10, '1 minute')" 2>"$work/probe.err" || true)
 if [[ $probe != fallback ]]; then
 	msg="with Redis stopped, a first call was not answered by the fallback store: $(head -n 1 "$work/probe.err")"
-	for id in fb_many brk_many fb_hot brk_hot; do
+	for id in fb_many brk_many fb_hot brk_hot fa_many fa_hot; do
 		for c in "${clients[@]}"; do T_err[$id.$c]=$msg; done
 	done
 	progress "ERROR $msg"
@@ -1045,8 +1053,8 @@ cpu_rows+=(fb_many)
 # Pure and breaker rows alternate which goes first (ABBA), and use keys of
 # their own, so that neither inherits the other's expired rows.
 for ((round = 1; round <= rounds_b; round++)); do
-	order=(fb_many brk_many fb_hot brk_hot)
-	if ((round % 2 == 0)); then order=(brk_hot fb_hot brk_many fb_many); fi
+	order=(fb_many fa_many brk_many fb_hot fa_hot brk_hot)
+	if ((round % 2 == 0)); then order=(brk_hot fa_hot fb_hot brk_many fa_many fb_many); fi
 	for id in "${order[@]}"; do
 		for c in "${clients[@]}"; do
 			run_slice "$id" "$c" "$round" "$slice_b"
@@ -1279,6 +1287,15 @@ target "5a (UPDATE)" 'Fallback, many keys, 8 clients: tps ≥ 0.9 × a bare one-
 	"$(ratio "${tps[fb_many.8]:-}" "${tps[upd_many.8]:-}")" 0.9 x
 target "5b" 'Fallback, hot key, 8 clients: tps ≥ 20 × PL/pgSQL baseline' \
 	"$(ratio "${tps[fb_hot.8]:-}" "${tps[pl_hot.8]:-}")" 20 x "$(ceiling_note upd_hot pl_hot)"
+# The same targets with the store read as the baseline is, through a
+# function that returns the boolean alone (rl_allow): the rows above also
+# pay for rl_result's nine columns, which the baseline does not make.
+target "5a (boolean)" 'Fallback through `rl_allow`, many keys, 8 clients: tps ≥ 1.2 × PL/pgSQL baseline' \
+	"$(ratio "${tps[fa_many.8]:-}" "${tps[pl_many.8]:-}")" 1.2 x
+target "5a (boolean, UPDATE)" 'Fallback through `rl_allow`, many keys, 8 clients: tps ≥ 0.9 × a bare one-row UPDATE of an unlogged table' \
+	"$(ratio "${tps[fa_many.8]:-}" "${tps[upd_many.8]:-}")" 0.9 x
+target "5b (boolean)" 'Fallback through `rl_allow`, hot key, 8 clients: tps ≥ 20 × PL/pgSQL baseline' \
+	"$(ratio "${tps[fa_hot.8]:-}" "${tps[pl_hot.8]:-}")" 20 x
 young_fb=$(window_mean fb_steady.8 2 4)
 steady_fb=$(window_mean fb_steady.8 $((steady_secs - 4)) "$steady_secs")
 steady_pl=$(window_mean pl_steady.8 $((steady_secs - 4)) "$steady_secs")
@@ -1570,11 +1587,12 @@ declare -A chart_label=(
 	[slots_attempt]='rl_attempt in BEGIN … COMMIT' [slots]='rl_acquire, released at COMMIT'
 	[algo_sliding_counter]='sliding_counter' [algo_token_bucket]='token_bucket'
 	[fb_many]='fallback, many keys' [fb_hot]='fallback, hot key'
+	[fa_many]='fallback, many keys, rl_allow' [fa_hot]='fallback, hot key, rl_allow'
 	[pl_many]='PL/pgSQL baseline, many keys' [pl_hot]='PL/pgSQL baseline, hot key'
 	[fb_steady]='fallback, hot key, steady state' [pl_steady]='PL/pgSQL, hot key, steady state'
 )
 chart_order=(s1 evalsha evalsha_log evalsha16 evalsha_procs many tls cluster hot0 hotbig cost1000 slots_attempt slots deny deny_off s1_simple noop_simple deny_simple
-	algo_sliding_counter algo_token_bucket fb_many fb_hot pl_many pl_hot upd_many upd_hot fb_steady pl_steady)
+	algo_sliding_counter algo_token_bucket fb_many fa_many fb_hot fa_hot pl_many pl_hot upd_many upd_hot fb_steady pl_steady)
 chart_dir=$work/charts
 mkdir -p "$chart_dir"
 chart_err=
