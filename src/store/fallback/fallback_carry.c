@@ -79,13 +79,17 @@
 
 /*
  * While Redis is away nothing carries, and every admission adds a row: a
- * backend sweeps one page for ended rows every this many rows it adds. A
- * page holds about 70 rows, so the sweep goes round the table about twice
- * as fast as rows fill it, and the table holds about twice the rows whose
- * windows are still open, however long the outage (without it, one row
- * per admission stayed until Redis answered again).
+ * backend sweeps one page for ended rows every CARRY_ADD_SWEEP_EVERY rows it
+ * adds, and every twice as many (CARRY_ADD_SWEEP_MAX) while its sweeps find
+ * nothing to delete, as in an outage shorter than the windows. A page holds
+ * about 80 rows, so the sweep goes round the table faster than rows fill
+ * it, and the table holds a small multiple of the rows whose windows are
+ * still open (about 2.3 times, when live and ended pages alternate in long
+ * runs), however long the outage; without it, one row per admission stayed
+ * until Redis answered again.
  */
 #define CARRY_ADD_SWEEP_EVERY 32
+#define CARRY_ADD_SWEEP_MAX 64
 
 static bool oids_known = false;
 static Oid	carry_rel = InvalidOid;
@@ -245,8 +249,9 @@ scan_keys_from(CarryRel *c, text *from)
 	return scan;
 }
 
-static void sweep_pages(CarryRel *r, int64 now, int npages);
+static int	sweep_pages(CarryRel *r, int64 now, int npages);
 static uint32 adds_since_sweep = 0;
+static uint32 adds_per_sweep = CARRY_ADD_SWEEP_EVERY;
 
 bool
 fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
@@ -308,10 +313,13 @@ fallback_carry_add(const RlArgs *args, int64 ts, int64 cost, int64 expires)
 						 &tup->t_self, c.rel, UNIQUE_CHECK_NO, false, expires_info);
 	}
 	heap_freetuple(tup);
-	if (++adds_since_sweep >= CARRY_ADD_SWEEP_EVERY)
+	if (++adds_since_sweep >= adds_per_sweep)
 	{
 		adds_since_sweep = 0;
-		sweep_pages(&c, fallback_clock(), 1);
+		if (sweep_pages(&c, fallback_clock(), 1) > 0)
+			adds_per_sweep = CARRY_ADD_SWEEP_EVERY;
+		else
+			adds_per_sweep = CARRY_ADD_SWEEP_MAX;
 		CommandCounterIncrement();
 	}
 	carry_close(&c);
@@ -418,23 +426,25 @@ collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max, int64 after,
  * An ended row is never sent, so deleting one is always safe; one another
  * transaction is deleting is left to it.
  */
-static void
+static int
 sweep_pages(CarryRel *r, int64 now, int npages)
 {
 	BlockNumber nblocks = RelationGetNumberOfBlocks(r->rel);
+	int			deleted = 0;
 
 	if (nblocks == 0)
-		return;
+		return 0;
 	for (int i = 0; i < npages && i < (int) nblocks; i++)
 	{
 		TableScanDesc scan = table_beginscan_strat(r->rel, SnapshotSelf, 0, NULL, true, false);
 
 		heap_setscanlimits(scan, fallback_carry_sweep_block(nblocks), 1);
 		while (table_scan_getnextslot(scan, ForwardScanDirection, r->slot))
-			if (slot_int8(r->slot, CA_ATT_EXPIRES) <= now)
-				try_delete(r, &r->slot->tts_tid);
+			if (slot_int8(r->slot, CA_ATT_EXPIRES) <= now && try_delete(r, &r->slot->tts_tid))
+				deleted++;
 		table_endscan(scan);
 	}
+	return deleted;
 }
 
 bool
@@ -509,7 +519,7 @@ fallback_carry_collect(const RlArgs *args, int max, int64 after,
 		}
 		index_endscan(scan);
 		if (key == NULL)
-			sweep_pages(&r, now, CARRY_SWEEP_PAGES);
+			(void) sweep_pages(&r, now, CARRY_SWEEP_PAGES);
 		if (key == NULL && more)
 		{
 			/* ended rows of the prefix remain: not done, come back */

@@ -147,7 +147,11 @@ read_first(FbScan *s, bool hinted, int64 cutoff, int64 clean_from, FbEntry *firs
  * Read the key's state for every window. clean: the caller may write, so
  * the scan for the longest window's first live row also deletes the rows
  * that left it (read_first). head: the key's head as read just before, or
- * NULL to find the newest row in the log itself.
+ * NULL to find the newest row in the log itself. alone: no other backend
+ * can commit a row of the key until this call ends (the caller holds the
+ * key's lock and found no head, so every writer of the key waits for that
+ * lock): a key without a newest row then has no live row either, and its
+ * windows are not scanned (a key's first admission saves an index descent).
  *
  * Returns false if what was read is not a state the key ever had: the log
  * holds a row newer than the head (the head was read before that row's
@@ -156,7 +160,7 @@ read_first(FbScan *s, bool hinted, int64 cutoff, int64 clean_from, FbEntry *firs
  */
 static bool
 read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
-		   const FallbackSeed *seed, FbState *st)
+		   bool alone, const FallbackSeed *seed, FbState *st)
 {
 	uint64		h = fallback_key_hash(s->key);
 	bool		hinted = last_read.tbl == s->tbl && last_read.keyhash == h;
@@ -223,9 +227,12 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
 			if (seed->carried_to != PG_INT64_MIN && seed->carried_to - 1 > w->cutoff)
 				w->cutoff = seed->carried_to - 1;
 		}
-		read_first(s, hinted, w->cutoff,
-				   w->win == st->maxwin && w->cutoff == st->now - w->win ? clean_from : PG_INT64_MAX,
-				   &first);
+		if (alone && !st->newest.found)
+			first.found = false;
+		else
+			read_first(s, hinted, w->cutoff,
+					   w->win == st->maxwin && w->cutoff == st->now - w->win ? clean_from : PG_INT64_MAX,
+					   &first);
 
 		/*
 		 * A peek holds no key lock, so a writer may commit between the
@@ -435,7 +442,7 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 			locked = true;
 			continue;
 		}
-		if (!read_state(&s, args, true, hd.found ? &hd : NULL, &seed, &st) ||
+		if (!read_state(&s, args, true, hd.found ? &hd : NULL, locked && !hd.found, &seed, &st) ||
 			!decide(&s, &st, args->cost, false, o))
 			continue;
 		o->store = "fallback";
@@ -511,7 +518,7 @@ fallback_log_peek(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (read_state(&s, args, false, NULL, &seed, &st) &&
+		if (read_state(&s, args, false, NULL, false, &seed, &st) &&
 			decide(&s, &st, args->cost, true, o))
 			break;
 	}
