@@ -211,7 +211,7 @@ BEGIN
   DROP TABLE updated;
 END $$;
 SET client_min_messages = warning;
-SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10', '1.11', '1.12', '1.13']) AS v,
+SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10', '1.11', '1.12', '1.13', '1.14']) AS v,
        LATERAL pg_temp.update_from(v) AS u;
 RESET client_min_messages;
 -- 1.13 dropped the carry table's index on expires: updated from 1.13 just
@@ -219,7 +219,14 @@ RESET client_min_messages;
 -- install.
 SELECT array_agg(indexrelid::regclass::text) AS carry_indexes
   FROM pg_index WHERE indrelid = 'rl_fallback_carry'::regclass;
--- 1.14 fills the heads' pages to a fifth: so after the update from 1.13.
+-- 1.14 fills the heads' pages to a fifth: so after the update from 1.14
+-- (which went through 1.13 to 1.14).
 SELECT reloptions AS head_options FROM pg_class WHERE oid = 'rl_fallback_head'::regclass;
+-- 1.15 dropped the logs' and the counting algorithms' indexes on expires:
+-- after the update from 1.14, each keeps only its key indexes.
+SELECT indrelid::regclass::text AS tbl, array_agg(indexrelid::regclass::text ORDER BY indexrelid::regclass::text) AS indexes
+  FROM pg_index
+ WHERE indrelid IN ('rl_fallback_log'::regclass, 'rl_fallback_mlog'::regclass, 'rl_fallback_state'::regclass)
+ GROUP BY 1 ORDER BY 1;
 SELECT count(*) AS versions_shipped
   FROM pg_available_extension_versions WHERE name = 'slidewin';

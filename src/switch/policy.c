@@ -148,7 +148,7 @@ policy_outcome(bool allowed, RlOutcome *o)
 /*
  * Set once this backend has written to the fallback store. The store cleans
  * itself while it is used; when Redis answers again, this backend finishes
- * the job a few dozen rows per call, so that the rows of an outage do not
+ * the job a heap page of each table per call, so that the rows of an outage do not
  * outlive their windows. Read-only transactions sweep too, as they write
  * fallback rows: both are the limiter's own bookkeeping in an unlogged
  * table, not the user's data (README, "When Redis cannot answer").
@@ -159,7 +159,7 @@ static void
 after_redis_success(void)
 {
 	if (fallback_dirty && !RecoveryInProgress())
-		fallback_dirty = fallback_sweep(64);
+		fallback_dirty = fallback_sweep(1);
 }
 
 void

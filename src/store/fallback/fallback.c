@@ -88,11 +88,16 @@ fallback_init(void)
 }
 
 /*
- * After an outage: expired rows of every table, and the heads whose rows
- * have all expired (without the grace that serves keys called again).
+ * After an outage: expired rows of every table, npages heap pages of each
+ * at a time, until this backend has read a clean lap of each; and the
+ * heads whose rows have all expired (without the grace that serves keys
+ * called again), more pages of them: a page of heads holds about 23 rows
+ * (fillfactor 20), one of the logs about 90.
  */
+#define HEAD_PAGES_PER_PAGE 16
+
 bool
-fallback_sweep(int want)
+fallback_sweep(int npages)
 {
 	bool		more = false;
 	int64		now = fallback_now();
@@ -104,9 +109,9 @@ fallback_sweep(int want)
 		fallback_scan_open(&s, (FbTableId) t, NULL, RowExclusiveLock);
 		if (t == TBL_HEAD)
 			more = fallback_sweep_heads(&s, now < PG_INT64_MAX - HEAD_GRACE_US ? now + HEAD_GRACE_US : now,
-										Max(want / 4, 1)) || more;
+										npages * HEAD_PAGES_PER_PAGE) || more;
 		else
-			more = fallback_sweep_rows(&s, now, want) || more;
+			more = fallback_sweep_lap(&s, now, npages) || more;
 		fallback_scan_close(&s);
 	}
 	return more;

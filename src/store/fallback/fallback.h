@@ -26,7 +26,7 @@ extern bool fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_
 							 bool *carried);
 
 
-/* Delete up to `want` expired rows; true if some may remain. */
-extern bool fallback_sweep(int want);
+/* Sweep npages heap pages of each table for expired rows; true if some may remain. */
+extern bool fallback_sweep(int npages);
 
 #endif

@@ -118,9 +118,13 @@ state_write(FbScan *s, int algo, const StRow *old, int64 st, double a, double b,
 	ivalues[1] = values[ST_ATT_ALGO - 1];
 	index_insert(s->idx[IDX_KEY_TS], ivalues, inulls, &tup->t_self, s->rel,
 				 UNIQUE_CHECK_NO, false, fallback_index_info(s, IDX_KEY_TS));
-	ivalues[0] = values[ST_ATT_EXPIRES - 1];
-	index_insert(s->idx[IDX_EXPIRES], ivalues, inulls, &tup->t_self, s->rel,
-				 UNIQUE_CHECK_NO, false, fallback_index_info(s, IDX_EXPIRES));
+	/* a database not yet updated to 1.15 still has the index: keep it whole */
+	if (s->idx[IDX_EXPIRES] != NULL)
+	{
+		ivalues[0] = values[ST_ATT_EXPIRES - 1];
+		index_insert(s->idx[IDX_EXPIRES], ivalues, inulls, &tup->t_self, s->rel,
+					 UNIQUE_CHECK_NO, false, fallback_index_info(s, IDX_EXPIRES));
+	}
 	heap_freetuple(tup);
 	CommandCounterIncrement();
 }
@@ -355,7 +359,7 @@ fallback_counter_attempt(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o)
 	fallback_scan_open(&s, TBL_STATE, key, RowExclusiveLock);
 	counter_call(&s, args, seed, args->cost, false, o);
 	if (o->allowed || args->force)
-		fallback_sweep_rows(&s, fallback_now(), SWEEP_PER_CALL);
+		fallback_sweep_due(&s, fallback_now());
 	fallback_scan_close(&s);
 	if (!o->allowed && !args->force)
 		LockRelease(&tag, ExclusiveLock, false);

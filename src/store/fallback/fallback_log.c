@@ -119,7 +119,7 @@ first_live(FbScan *s, int64 lo, StrategyNumber hi_strategy, int64 hi, int64 cuto
  * that earlier calls deleted, which stay in the index until a VACUUM:
  * stepping over them on every call would make each call slower than the
  * last. An expired row older than clean_from (left by a call with a longer
- * window) harms no lookup, and fallback_sweep_rows() deletes it by its expiry. A call
+ * window) harms no lookup, and a sweep of its heap page deletes it by its expiry. A call
  * that is then denied keeps its deletions, and may still give up the key's
  * lock before commit: no lookup reads an expired row, which is also why a
  * sweep may delete one without the lock.
@@ -425,9 +425,9 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 	(void) seed_fn(args, &seed);
 	fallback_scan_open(&s, t, key, RowExclusiveLock);
 	fallback_scan_open(&hs, TBL_HEAD, key, RowExclusiveLock);
-	/* other keys' expired rows go a few at a time, without any lock */
+	/* other keys' expired rows go a heap page at a time, without any lock */
 	now = fallback_now();
-	fallback_sweep_rows(&s, now, SWEEP_PER_CALL);
+	fallback_sweep_due(&s, now);
 	if (head_sweep_clock++ % 16 == 0)
 		(void) fallback_sweep_heads(&hs, now, 1);
 
@@ -472,8 +472,6 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 			}
 			else if (st.newest.found && st.newest.ts > st.now - st.maxwin)
 				(void) fallback_head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin);
-			/* ts >= now_after, a clock read in this call (fallback_sweep_rows) */
-			fallback_note_lead(t, st.maxwin);
 			fallback_insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
 			/* Redis must learn of it once it answers again (the switch) */
 			if (t == TBL_LOG && fallback_carry_add(args, ts, args->cost, ts + st.maxwin))

@@ -64,16 +64,15 @@ invalidate_oids(Datum arg, Oid relid)
 }
 
 /*
- * Shared by every backend of the server (see "Skipping a sweep" below): per
- * table, the least lead of a new row's expiry over its writer's clock, of
- * any row written since the server started, in any database. It only goes
- * down. Without shared_preload_libraries it is absent, and
- * every call sweeps, as before.
+ * Shared by every backend of the server: for each table swept by heap page
+ * (the logs, the counting algorithms' state, and the carry table), the next
+ * page a sweep reads (see "Sweeping expired rows" below). Without
+ * shared_preload_libraries it is absent, and each backend keeps its own.
  */
 typedef struct SweepShared
 {
-	pg_atomic_uint64 min_ahead[TBL_COUNT];
-	pg_atomic_uint32 carry_block;	/* the next heap page of the carry sweep */
+	pg_atomic_uint32 block[TBL_COUNT];
+	pg_atomic_uint32 carry_block;
 } SweepShared;
 
 static SweepShared *sweep_shared = NULL;
@@ -88,45 +87,49 @@ static void
 sweep_shmem_attach(void *p, bool found)
 {
 	sweep_shared = p;
-	/*
-	 * Only the logs' writers note their lead (fallback_note_lead): the
-	 * other tables keep 0, which never lets a sweep be skipped.
-	 */
 	if (!found)
+	{
 		for (int t = 0; t < TBL_COUNT; t++)
-			pg_atomic_init_u64(&sweep_shared->min_ahead[t],
-							   (uint64) (t == TBL_LOG || t == TBL_MLOG ? PG_INT64_MAX : 0));
-	if (!found)
+			pg_atomic_init_u32(&sweep_shared->block[t], 0);
 		pg_atomic_init_u32(&sweep_shared->carry_block, 0);
+	}
 }
 
 /*
- * The next page of rl_fallback_carry for a sweep of ended rows to read, of
- * a table of nblocks pages (> 0): one cursor shared by the server's
- * backends, so that together they go round the table page by page (in any
- * database: a cursor past a smaller table's end starts it again at its
- * first page). Without shared_preload_libraries, each backend keeps its own.
+ * The next page of a table of nblocks pages (> 0) for a sweep to read,
+ * from the cursor `shared` (or this backend's `mine` without shared
+ * memory): together the server's backends go round the table page by page,
+ * in any database, a cursor past a smaller table's end starting again at
+ * its first page.
  */
-BlockNumber
-fallback_carry_sweep_block(BlockNumber nblocks)
+static BlockNumber
+next_sweep_block(pg_atomic_uint32 *shared, uint32 *mine, BlockNumber nblocks)
 {
-	static uint32 mine = 0;
 	uint32		cur;
 
-	if (sweep_shared == NULL)
+	if (shared == NULL)
 	{
-		cur = mine < nblocks ? mine : 0;
-		mine = cur + 1;
+		cur = *mine < nblocks ? *mine : 0;
+		*mine = cur + 1;
 		return cur;
 	}
-	cur = pg_atomic_read_u32(&sweep_shared->carry_block);
+	cur = pg_atomic_read_u32(shared);
 	for (;;)
 	{
 		uint32		pick = cur < nblocks ? cur : 0;
 
-		if (pg_atomic_compare_exchange_u32(&sweep_shared->carry_block, &cur, pick + 1))
+		if (pg_atomic_compare_exchange_u32(shared, &cur, pick + 1))
 			return pick;
 	}
+}
+
+/* The next page of rl_fallback_carry for a sweep of ended rows to read. */
+BlockNumber
+fallback_carry_sweep_block(BlockNumber nblocks)
+{
+	static uint32 mine = 0;
+
+	return next_sweep_block(sweep_shared ? &sweep_shared->carry_block : NULL, &mine, nblocks);
 }
 
 static const ShmemPart sweep_shmem_part = {"slidewin fallback sweeps", sweep_shmem_size, NULL,
@@ -212,7 +215,9 @@ lookup_oids(void)
 		{
 			fallback_tables[t].index_oids[i] = fallback_tables[t].index_names[i] ?
 				get_relname_relid(fallback_tables[t].index_names[i], nsp) : InvalidOid;
-			missing = missing || (fallback_tables[t].index_names[i] && !OidIsValid(fallback_tables[t].index_oids[i]));
+			/* the expires indexes went with 1.15; one still there is kept whole */
+			missing = missing || (i != IDX_EXPIRES && fallback_tables[t].index_names[i] &&
+								  !OidIsValid(fallback_tables[t].index_oids[i]));
 		}
 	}
 	if (missing)
@@ -319,7 +324,7 @@ bound_proc(StrategyNumber strategy)
 /*
  * Start a scan of index `which`: over the rows of the key, optionally
  * bounded on the index's bigint column by (lo_strategy, lo) and by
- * (hi_strategy, hi); the expires index has no key column, only the bounds.
+ * (hi_strategy, hi).
  *
  * Bounds on both sides matter for speed, not only for meaning: a btree scan
  * reads every matching item of the leaf page it lands on before returning
@@ -332,12 +337,12 @@ fallback_scan_begin_range(FbScan *s, FbIndex which, StrategyNumber lo_strategy, 
 {
 	ScanKeyData sk[3];
 	int			nkeys = 0;
-	int			col = which == IDX_EXPIRES ? 1 : 2;
+	int			col = 2;
 	IndexScanDesc scan;
 
-	if (which != IDX_EXPIRES)
-		ScanKeyEntryInitialize(&sk[nkeys++], 0, 1, BTEqualStrategyNumber, InvalidOid,
-							   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
+	Assert(which != IDX_EXPIRES);
+	ScanKeyEntryInitialize(&sk[nkeys++], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
 	if (lo_strategy != InvalidStrategy)
 		ScanKeyEntryInitialize(&sk[nkeys++], 0, col, lo_strategy, InvalidOid,
 							   InvalidOid, bound_proc(lo_strategy), Int64GetDatum(lo));
@@ -447,28 +452,6 @@ fallback_index_info(FbScan *s, FbIndex i)
 	return *info;
 }
 
-/*
- * A row is about to be written at a clock no earlier than its writer's
- * reading now, with an expiry at least `ahead` later (see "Skipping a
- * sweep" below): lower the table's least lead first. The compare-and-
- * exchange is a full barrier, so the store is visible before the row is.
- */
-void
-fallback_note_lead(FbTableId t, int64 ahead)
-{
-	pg_atomic_uint64 *least;
-	uint64		seen;
-
-	if (sweep_shared == NULL)
-		return;
-	least = &sweep_shared->min_ahead[t];
-	ahead = Max(ahead, 0);
-	seen = pg_atomic_read_u64(least);
-	while ((int64) seen > ahead)
-		if (pg_atomic_compare_exchange_u64(least, &seen, (uint64) ahead))
-			break;
-}
-
 void
 fallback_insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 {
@@ -488,6 +471,8 @@ fallback_insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires)
 		Datum		ivalues[2];
 		bool		inulls[2] = {false, false};
 
+		if (s->idx[i] == NULL)
+			continue;
 		if (i == IDX_EXPIRES)
 			ivalues[0] = values[FB_ATT_EXPIRES - 1];
 		else
@@ -636,138 +621,90 @@ fallback_relid_if_any(const char *relname)
 }
 
 /*
- * Per table, for this backend: the expiry below which the rows have been
- * swept already (or left to another deleter), so that a sweep starts there
- * instead of stepping over the index entries of every row deleted since the
- * last VACUUM. Rows are written with an expiry after the clock, so none can
- * appear below it later, unless the clock goes back (slidewin.test_now),
- * which starts the sweep from the beginning again.
+ * Sweeping expired rows. A key's own calls delete its rows as they leave
+ * its longest window (fallback_log.c, read_first), and the counting
+ * algorithms replace a key's row at each write; the rows of a key that no
+ * one calls any more are deleted by sweeps of heap pages. Every
+ * SWEEP_EVERY-th admitting call of a backend reads one page of the table,
+ * from a cursor the server's backends share, and deletes the rows whose
+ * expiry has passed; while its sweeps find nothing, every SWEEP_EVERY_MAX-
+ * th. An expired row no longer counts in any window, and no lookup reads
+ * one (fallback_log.c), so a sweep needs no key's lock; a row another
+ * transaction is deleting is left to it.
+ *
+ * Until 1.15 the sweep went through an index on expires, which kept the
+ * table at exactly the live windows but cost every admission an index
+ * insert (about 9k instructions of about 119k). The pages bound the table
+ * instead: under admissions at a rate r, each page is read at least once
+ * per SWEEP_EVERY_MAX * (pages) admissions, so an idle key's rows stay at
+ * most that long past their expiry, and the table holds, besides the live
+ * windows, at most about as many rows as were written in one such lap.
  */
-static int64 swept_to[TBL_COUNT];
+static uint32 calls_to_wait[TBL_COUNT];
+/* This backend's pages read in a row that held no expired row (fallback_sweep_lap). */
+static BlockNumber clean_pages[TBL_COUNT];
 
 /*
- * Skipping a sweep. An admitting call sweeps a few expired rows of other
- * keys, and it used to start an index scan for them at every call, even when
- * none could have expired since its backend last looked (many keys with a
- * long window, as at the start of an outage). Now a sweep that found every
- * expired row (it did not stop at its quota) notes, per table: swept_at, the
- * clock it ran at; and next_expiry, the expiry of the first row it saw still
- * live, or its scan's upper bound when none was below it. The scan reaches
- * past now by look_us, at most min_ahead, the least lead of any row's
- * expiry over its writer's clock so far (SweepShared). look_us doubles when
- * the scan found no row in that reach and halves when it did: a btree scan
- * reads every matching entry of the leaf page it lands on, so under a hot
- * key, whose rows expire one after another, a long reach would cost a page
- * of entries at every call for nothing. A later call of this backend at
- * `now` skips the sweep while
- *
- *		swept_at <= now < next_expiry  and  now < swept_at + min_ahead,
- *
- * min_ahead read anew at every call. Why that loses no row:
- *
- * - A row the sweep could see (committed, or this transaction's) and that
- *   no one has deleted since expires at next_expiry or later: it was not
- *   below the scan's start, it was not expired, and the first such row in
- *   the index within the scan's reach gave next_expiry (or there was none
- *   before the reach's end, which next_expiry then is).
- * - A new row (fallback_log_attempt) whose writer read its clock at t >=
- *   swept_at expires at t + lead or later, and its writer lowered
- *   min_ahead to at most that lead before inserting it. So it expires no
- *   sooner than swept_at + min_ahead, when this backend sweeps again. (A
- *   value of min_ahead read just before another backend's store delays at
- *   most that backend's rows, by one call: the next read sees it.) A row
- *   moved by a refund (fallback.c) keeps the expiry of the row it replaces,
- *   whose own writing was covered in the same way, and notes nothing.
- * - A row whose writer read its clock before the sweep but which the
- *   sweep did not see (not yet inserted or committed) may expire before
- *   next_expiry. A sweep that is never skipped passes it too if it expired
- *   before the sweep (swept_to), leaving it to another backend or to the
- *   sweep after an outage; this backend meets it no later than swept_at +
- *   min_ahead.
- *
- * So no expired row stays longer than it did before, except that last
- * kind, which stays at most one min_ahead longer in this backend's view,
- * and the table stays bounded by the live windows as before. A clock that
- * goes back (slidewin.test_now) or a sweep that stopped at its quota sweeps
- * at the next call. Each backend keeps its own swept_at and next_expiry;
- * only min_ahead is shared, and it only goes down (compare-and-exchange),
- * so no lock is needed.
+ * Read npages pages of the table from the shared cursor, deleting the rows
+ * whose expiry is before now. Returns how many expired rows were seen
+ * (those another transaction is deleting included).
  */
-static int64 swept_at[TBL_COUNT];
-static int64 next_expiry[TBL_COUNT];
-static int64 look_us[TBL_COUNT];
+int
+fallback_sweep_rows(FbScan *s, int64 now, int npages)
+{
+	static uint32 mine[TBL_COUNT];
+	int			t = s->tbl - fallback_tables;
+	int			attno = s->tbl == &fallback_tables[TBL_STATE] ? ST_ATT_EXPIRES : FB_ATT_EXPIRES;
+	BlockNumber nblocks = RelationGetNumberOfBlocks(s->rel);
+	int			seen = 0;
 
-#define LOOK_MIN_US 1000
+	Assert(s->tbl != &fallback_tables[TBL_HEAD]);
+	for (int i = 0; i < npages && i < (int) nblocks; i++)
+	{
+		TableScanDesc scan = table_beginscan_strat(s->rel, SnapshotSelf, 0, NULL, true, false);
+		int			before = seen;
 
-/*
- * Delete up to `want` rows of any key whose window ended before now, looking
- * at no more than SWEEP_MAX_VISITS candidates. Returns true if it stopped
- * at one of those bounds, that is, if expired rows may remain.
- */
-bool
-fallback_sweep_rows(FbScan *s, int64 now, int want)
+		heap_setscanlimits(scan, next_sweep_block(sweep_shared ? &sweep_shared->block[t] : NULL,
+												  &mine[t], nblocks), 1);
+		while (table_scan_getnextslot(scan, ForwardScanDirection, s->slot))
+		{
+			bool		isnull;
+
+			if (DatumGetInt64(slot_getattr(s->slot, attno, &isnull)) < now)
+			{
+				seen++;
+				(void) fallback_try_delete(s, &s->slot->tts_tid);
+			}
+		}
+		table_endscan(scan);
+		clean_pages[t] = seen > before ? 0 : clean_pages[t] + 1;
+	}
+	return seen;
+}
+
+/* At an admitting call: a page, at a backend's first and then in turn. */
+void
+fallback_sweep_due(FbScan *s, int64 now)
 {
 	int			t = s->tbl - fallback_tables;
-	int64	   *mark = &swept_to[t];
-	int			attno = s->tbl == &fallback_tables[TBL_STATE] ? ST_ATT_EXPIRES :
-		s->tbl == &fallback_tables[TBL_HEAD] ? HD_ATT_EXPIRES : FB_ATT_EXPIRES;
-	IndexScanDesc scan;
-	FbEntry		e;
-	int			deleted = 0;
-	int			visits = 0;
-	bool		more = false;
-	int64		ahead = PG_INT64_MAX;
-	int64		upto = now;
-	int64		next;
 
-	if (s->idx[IDX_EXPIRES] == NULL)
-		return false;			/* heads: see fallback_sweep_heads */
-	if (*mark >= now)
-		*mark = PG_INT64_MIN;	/* the clock went back */
-	if (sweep_shared != NULL)
+	if (calls_to_wait[t] > 0)
 	{
-		ahead = (int64) pg_atomic_read_u64(&sweep_shared->min_ahead[t]);
-		if (*mark != PG_INT64_MIN && swept_at[t] <= now && now < next_expiry[t] &&
-			(ahead > PG_INT64_MAX - swept_at[t] || now < swept_at[t] + ahead))
-			return false;
-		look_us[t] = Min(Max(look_us[t], LOOK_MIN_US), ahead);
-		upto = look_us[t] > PG_INT64_MAX - now ? PG_INT64_MAX : now + look_us[t];
+		calls_to_wait[t]--;
+		return;
 	}
-	next = upto;
-	scan = fallback_scan_begin_range(s, IDX_EXPIRES, BTGreaterStrategyNumber, *mark,
-									 BTLessStrategyNumber, upto);
-	while (fallback_scan_next(s, scan, ForwardScanDirection, &e))
-	{
-		bool		isnull;
-		int64		expires = DatumGetInt64(slot_getattr(s->slot, attno, &isnull));
+	calls_to_wait[t] = (fallback_sweep_rows(s, now, 1) > 0 ? SWEEP_EVERY : SWEEP_EVERY_MAX) - 1;
+}
 
-		if (expires >= now)
-		{
-			next = expires;
-			break;
-		}
-		if (fallback_try_delete(s, &e.tid))
-			deleted++;
-		if (deleted >= want || ++visits >= SWEEP_MAX_VISITS)
-		{
-			/* rows of this very expiry may remain: start at it next time */
-			*mark = expires - 1;
-			more = true;
-			break;
-		}
-	}
-	if (!more)
-	{
-		*mark = now - 1;
-		swept_at[t] = now;
-		next_expiry[t] = next;
-		if (next < upto)
-			look_us[t] /= 2;
-		else if (look_us[t] < PG_INT64_MAX / 2)
-			look_us[t] *= 2;
-	}
-	else
-		next_expiry[t] = PG_INT64_MIN;
-	index_endscan(scan);
-	return more;
+/*
+ * After an outage (fallback_sweep): npages pages; false once this backend
+ * has read as many pages in a row without an expired row as the table has.
+ */
+bool
+fallback_sweep_lap(FbScan *s, int64 now, int npages)
+{
+	int			t = s->tbl - fallback_tables;
+
+	(void) fallback_sweep_rows(s, now, npages);
+	return clean_pages[t] < RelationGetNumberOfBlocks(s->rel);
 }

@@ -56,9 +56,9 @@
 #define ST_ATT_B 5
 #define ST_ATT_EXPIRES 6
 
-/* Expired rows an admitting call deletes, and the most it looks at. */
-#define SWEEP_PER_CALL 4
-#define SWEEP_MAX_VISITS 64
+/* An admitting call sweeps a page every this many calls, this many at most. */
+#define SWEEP_EVERY 32
+#define SWEEP_EVERY_MAX 64
 
 typedef enum FbIndex
 {
@@ -133,10 +133,10 @@ extern void fallback_scan_first(FbScan *s, FbIndex which, ScanDirection dir,
 extern bool fallback_try_delete(FbScan *s, ItemPointer tid);
 extern IndexInfo *fallback_index_info(FbScan *s, FbIndex i);
 extern void fallback_insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires);
-/* Before a new log row: its expiry is at least `ahead` after its writer's clock. */
-extern void fallback_note_lead(FbTableId t, int64 ahead);
-/* Expired rows of any key, a few at a time (true: some may remain). */
-extern bool fallback_sweep_rows(FbScan *s, int64 now, int want);
+/* Expired rows of any key, a heap page at a time (fallback_table.c, "Sweeping expired rows"). */
+extern int	fallback_sweep_rows(FbScan *s, int64 now, int npages);
+extern void fallback_sweep_due(FbScan *s, int64 now);
+extern bool fallback_sweep_lap(FbScan *s, int64 now, int npages);
 
 
 
