@@ -130,7 +130,15 @@ is(scalar $dst->cli('zcard', logkey('mig:hot')), $lim, 'the log is whole on the 
 # ---------------------------------------------------------------------
 # Failover: planned, then kill -9
 # ---------------------------------------------------------------------
+# The calls wait for Redis up to 1 s (the default is 100 ms), for the reason
+# given at the kill -9 below: the first call of each key after the switch
+# carries what the fallback store admitted during the pause, and under a
+# loaded sanitized run one of those took longer than 100 ms, so the new
+# master's breaker opened for the retry interval and 303 calls after it
+# went to the fallback store (once, in CI). What is checked here is where
+# the calls are routed after the switch, not how fast a loaded machine is.
 my $many = script('many', q{\set r random(1, 200)
+SET slidewin.command_timeout = '1s';
 INSERT INTO adm (k, store, allowed) SELECT 'k' || :r, (x).store, (x).allowed FROM rl_attempt('f:' || :r, 1000000, '1 hour', 1, 'fallback') x;
 });
 
@@ -166,7 +174,14 @@ my $switched = under_load(7, $many, 0, sub {
 });
 my ($n, $bad) = late_answers($switched + 1.0);
 cmp_ok($n, '>', 0, "CLUSTER FAILOVER: calls after the switch + the retry interval ($n)");
-is($bad, '0', 'CLUSTER FAILOVER: every one of them answered by Redis');
+is($bad, '0', 'CLUSTER FAILOVER: every one of them answered by Redis')
+  or diag("calls not answered by Redis, by time since the switch (s):\n",
+	$node->safe_psql('postgres', qq{
+	SELECT round((extract(epoch FROM at) - $switched)::numeric, 2) AS t, k, store, allowed
+	FROM adm WHERE k <> 'hot' AND store <> 'redis' AND extract(epoch FROM at) > $switched
+	ORDER BY 1 LIMIT 20}),
+	"\nrl_stats: ", $node->safe_psql('postgres',
+		'SELECT redis_errors, redis_timeouts, breaker_trips FROM rl_stats'));
 
 $node->safe_psql('postgres', 'TRUNCATE adm');
 $victim = $rep;
