@@ -418,7 +418,7 @@ collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max, int64 after,
 
 /*
  * Ended rows of any prefix, npages heap pages from the server's sweep
- * cursor (fallback_carry_sweep_block), so that rows no carry will ever
+ * cursor (fallback_sweep_heap), so that rows no carry will ever
  * send still go: those of a prefix no call uses any more (a carry that
  * finds nothing under its own prefix sweeps CARRY_SWEEP_PAGES pages), and
  * those that end while Redis stays away, when nothing carries at all
@@ -429,22 +429,9 @@ collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max, int64 after,
 static int
 sweep_pages(CarryRel *r, int64 now, int npages)
 {
-	BlockNumber nblocks = RelationGetNumberOfBlocks(r->rel);
-	int			deleted = 0;
-
-	if (nblocks == 0)
-		return 0;
-	for (int i = 0; i < npages && i < (int) nblocks; i++)
-	{
-		TableScanDesc scan = table_beginscan_strat(r->rel, SnapshotSelf, 0, NULL, true, false);
-
-		heap_setscanlimits(scan, fallback_carry_sweep_block(nblocks), 1);
-		while (table_scan_getnextslot(scan, ForwardScanDirection, r->slot))
-			if (slot_int8(r->slot, CA_ATT_EXPIRES) <= now && try_delete(r, &r->slot->tts_tid))
-				deleted++;
-		table_endscan(scan);
-	}
-	return deleted;
+	/* ended: expires <= now */
+	return fallback_sweep_heap(r->rel, RelationGetNumberOfBlocks(r->rel), r->slot,
+							   CA_ATT_EXPIRES, now + 1, FALLBACK_SWEEP_CARRY, npages, NULL);
 }
 
 bool

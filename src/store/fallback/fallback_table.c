@@ -71,8 +71,8 @@ invalidate_oids(Datum arg, Oid relid)
  */
 typedef struct SweepShared
 {
-	pg_atomic_uint32 block[TBL_COUNT];
-	pg_atomic_uint32 carry_block;
+	/* one cursor per table of fallback_tables, then rl_fallback_carry's */
+	pg_atomic_uint32 block[TBL_COUNT + 1];
 } SweepShared;
 
 static SweepShared *sweep_shared = NULL;
@@ -89,9 +89,8 @@ sweep_shmem_attach(void *p, bool found)
 	sweep_shared = p;
 	if (!found)
 	{
-		for (int t = 0; t < TBL_COUNT; t++)
+		for (int t = 0; t <= TBL_COUNT; t++)
 			pg_atomic_init_u32(&sweep_shared->block[t], 0);
-		pg_atomic_init_u32(&sweep_shared->carry_block, 0);
 	}
 }
 
@@ -121,15 +120,6 @@ next_sweep_block(pg_atomic_uint32 *shared, uint32 *mine, BlockNumber nblocks)
 		if (pg_atomic_compare_exchange_u32(shared, &cur, pick + 1))
 			return pick;
 	}
-}
-
-/* The next page of rl_fallback_carry for a sweep of ended rows to read. */
-BlockNumber
-fallback_carry_sweep_block(BlockNumber nblocks)
-{
-	static uint32 mine = 0;
-
-	return next_sweep_block(sweep_shared ? &sweep_shared->carry_block : NULL, &mine, nblocks);
 }
 
 static const ShmemPart sweep_shmem_part = {"slidewin fallback sweeps", sweep_shmem_size, NULL,
@@ -337,17 +327,16 @@ fallback_scan_begin_range(FbScan *s, FbIndex which, StrategyNumber lo_strategy, 
 {
 	ScanKeyData sk[3];
 	int			nkeys = 0;
-	int			col = 2;
 	IndexScanDesc scan;
 
 	Assert(which != IDX_EXPIRES);
 	ScanKeyEntryInitialize(&sk[nkeys++], 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(s->key));
 	if (lo_strategy != InvalidStrategy)
-		ScanKeyEntryInitialize(&sk[nkeys++], 0, col, lo_strategy, InvalidOid,
+		ScanKeyEntryInitialize(&sk[nkeys++], 0, 2, lo_strategy, InvalidOid,
 							   InvalidOid, bound_proc(lo_strategy), Int64GetDatum(lo));
 	if (hi_strategy != InvalidStrategy)
-		ScanKeyEntryInitialize(&sk[nkeys++], 0, col, hi_strategy, InvalidOid,
+		ScanKeyEntryInitialize(&sk[nkeys++], 0, 2, hi_strategy, InvalidOid,
 							   InvalidOid, bound_proc(hi_strategy), Int64GetDatum(hi));
 	scan = slidewin_index_beginscan(s->rel, s->idx[which], SnapshotSelf, nkeys, 0);
 	index_rescan(scan, sk, nkeys, NULL, 0);
@@ -645,41 +634,59 @@ static uint32 calls_to_wait[TBL_COUNT];
 static BlockNumber clean_pages[TBL_COUNT];
 
 /*
- * Read npages pages of the table from the shared cursor, deleting the rows
- * whose expiry is before now. Returns how many expired rows were seen
- * (those another transaction is deleting included).
+ * Read npages pages of rel (of nblocks pages), each the next one of the
+ * server's sweep cursor `cursor` (a table of fallback_tables, or
+ * FALLBACK_SWEEP_CARRY), deleting the rows whose int8 column `att` is below
+ * `before`. Returns how many such rows were seen, those another
+ * transaction is deleting included (an ended row is never read again, so
+ * leaving one to its other deleter is harmless). With clean_run, counts
+ * there the pages read in a row that held none.
  */
 int
-fallback_sweep_rows(FbScan *s, int64 now, int npages)
+fallback_sweep_heap(Relation rel, BlockNumber nblocks, TupleTableSlot *slot, AttrNumber att,
+					int64 before, int cursor, int npages, BlockNumber *clean_run)
 {
-	static uint32 mine[TBL_COUNT];
-	int			t = s->tbl - fallback_tables;
-	int			attno = s->tbl == &fallback_tables[TBL_STATE] ? ST_ATT_EXPIRES : FB_ATT_EXPIRES;
-	BlockNumber nblocks = RelationGetNumberOfBlocks(s->rel);
+	static uint32 mine[TBL_COUNT + 1];
+	int			c = cursor == FALLBACK_SWEEP_CARRY ? TBL_COUNT : cursor;
 	int			seen = 0;
 
-	Assert(s->tbl != &fallback_tables[TBL_HEAD]);
+	Assert(c >= 0 && c <= TBL_COUNT);
 	for (int i = 0; i < npages && i < (int) nblocks; i++)
 	{
-		TableScanDesc scan = table_beginscan_strat(s->rel, SnapshotSelf, 0, NULL, true, false);
-		int			before = seen;
+		TableScanDesc scan = table_beginscan_strat(rel, SnapshotSelf, 0, NULL, true, false);
+		int			earlier = seen;
 
-		heap_setscanlimits(scan, next_sweep_block(sweep_shared ? &sweep_shared->block[t] : NULL,
-												  &mine[t], nblocks), 1);
-		while (table_scan_getnextslot(scan, ForwardScanDirection, s->slot))
+		heap_setscanlimits(scan, next_sweep_block(sweep_shared ? &sweep_shared->block[c] : NULL,
+												  &mine[c], nblocks), 1);
+		while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 		{
 			bool		isnull;
+			TM_FailureData tmfd;
 
-			if (DatumGetInt64(slot_getattr(s->slot, attno, &isnull)) < now)
+			if (DatumGetInt64(slot_getattr(slot, att, &isnull)) < before)
 			{
 				seen++;
-				(void) fallback_try_delete(s, &s->slot->tts_tid);
+				(void) slidewin_heap_delete(rel, &slot->tts_tid, GetCurrentCommandId(true),
+											false, &tmfd);
 			}
 		}
 		table_endscan(scan);
-		clean_pages[t] = seen > before ? 0 : clean_pages[t] + 1;
+		if (clean_run)
+			*clean_run = seen > earlier ? 0 : *clean_run + 1;
 	}
 	return seen;
+}
+
+/* One of the store's tables: the rows whose expiry is before now. */
+static int
+sweep_table(FbScan *s, BlockNumber nblocks, int64 now, int npages)
+{
+	int			t = s->tbl - fallback_tables;
+
+	Assert(s->tbl != &fallback_tables[TBL_HEAD]);
+	return fallback_sweep_heap(s->rel, nblocks, s->slot,
+							   s->tbl == &fallback_tables[TBL_STATE] ? ST_ATT_EXPIRES : FB_ATT_EXPIRES,
+							   now, t, npages, &clean_pages[t]);
 }
 
 /* At an admitting call: a page, at a backend's first and then in turn. */
@@ -693,7 +700,8 @@ fallback_sweep_due(FbScan *s, int64 now)
 		calls_to_wait[t]--;
 		return;
 	}
-	calls_to_wait[t] = (fallback_sweep_rows(s, now, 1) > 0 ? SWEEP_EVERY : SWEEP_EVERY_MAX) - 1;
+	calls_to_wait[t] = (sweep_table(s, RelationGetNumberOfBlocks(s->rel), now, 1) > 0 ?
+						SWEEP_EVERY : SWEEP_EVERY_MAX) - 1;
 }
 
 /*
@@ -704,7 +712,8 @@ bool
 fallback_sweep_lap(FbScan *s, int64 now, int npages)
 {
 	int			t = s->tbl - fallback_tables;
+	BlockNumber nblocks = RelationGetNumberOfBlocks(s->rel);
 
-	(void) fallback_sweep_rows(s, now, npages);
-	return clean_pages[t] < RelationGetNumberOfBlocks(s->rel);
+	(void) sweep_table(s, nblocks, now, npages);
+	return clean_pages[t] < nblocks;
 }

@@ -8,7 +8,9 @@
 #define SLIDEWIN_FALLBACK_TABLE_H
 
 #include "storage/block.h"
+#include "executor/tuptable.h"
 #include "storage/lock.h"
+#include "utils/relcache.h"
 
 #include "limit.h"
 
@@ -24,7 +26,16 @@ extern Oid	fallback_relid_if_any(const char *relname);
 extern text *fallback_stored_key(const RlArgs *args);
 /* The store's clock: Unix microseconds (slidewin.test_now in tests). */
 extern int64 fallback_clock(void);
-extern BlockNumber fallback_carry_sweep_block(BlockNumber nblocks);
+
+/*
+ * Delete rel's rows whose int8 column att is below `before`, reading
+ * npages heap pages from a sweep cursor the server's backends share
+ * (FALLBACK_SWEEP_CARRY for rl_fallback_carry); fallback_table.c says more.
+ */
+#define FALLBACK_SWEEP_CARRY (-1)
+extern int	fallback_sweep_heap(Relation rel, BlockNumber nblocks, TupleTableSlot *slot,
+								AttrNumber att, int64 before, int cursor, int npages,
+								BlockNumber *clean_run);
 
 /*
  * The lock under which a counting algorithm's fallback admissions of the

@@ -134,7 +134,6 @@ extern bool fallback_try_delete(FbScan *s, ItemPointer tid);
 extern IndexInfo *fallback_index_info(FbScan *s, FbIndex i);
 extern void fallback_insert_row(FbScan *s, int64 ts, int64 total, int64 cost, int64 expires);
 /* Expired rows of any key, a heap page at a time (fallback_table.c, "Sweeping expired rows"). */
-extern int	fallback_sweep_rows(FbScan *s, int64 now, int npages);
 extern void fallback_sweep_due(FbScan *s, int64 now);
 extern bool fallback_sweep_lap(FbScan *s, int64 now, int npages);
 
