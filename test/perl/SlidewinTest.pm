@@ -592,6 +592,37 @@ sub taken_fullest
 	return (fullest_window(\@c, $win), scalar @c);
 }
 
+# pgbench_on_each($script_body, $opts, \@run, @nodes): pgbench with the
+# script on each of @nodes at once, 8 clients, $opts in PGOPTIONS, for @run
+# (['-T', seconds] or ['-t', transactions per client]); one test per node
+# that pgbench exited 0, with its output when it did not.
+sub pgbench_on_each
+{
+	my ($script_body, $opts, $run, @nodes) = @_;
+	my $dir    = PostgreSQL::Test::Utils::tempdir('pgbench');
+	my $script = "$dir/script.sql";
+	open(my $fh, '>', $script) or die "cannot write $script: $!";
+	print $fh $script_body;
+	close $fh;
+	local $ENV{PGOPTIONS} = $opts;
+	my @bench;
+	for my $n (@nodes)
+	{
+		my ($out, $err) = ('', '');
+		my @cmd = ('pgbench', '-n', '-c', '8', '-j', '2', @$run, '-f', $script,
+			'-h', $n->host, '-p', $n->port, 'postgres');
+		push @bench, { node => $n, out => \$out, err => \$err,
+			h => IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err) };
+	}
+	for my $b (@bench)
+	{
+		$b->{h}->finish;
+		Test::More::is($b->{h}->full_result(0) >> 8, 0, $b->{node}->name . ': pgbench exits 0')
+		  or Test::More::diag(${ $b->{out} } . ${ $b->{err} });
+	}
+	return;
+}
+
 # Let END blocks (ours, Cluster's) run when a harness timeout or ^C stops us,
 # so no server outlives the script.
 $SIG{TERM} = $SIG{INT} = sub {

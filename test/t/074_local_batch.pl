@@ -81,33 +81,7 @@ sub fullest_window
 	return SlidewinTest::taken_fullest([ $a_node, $b_node ], $k, $win);
 }
 
-# pgbench on each of @nodes at once, 8 clients, with $opts in PGOPTIONS,
-# for $run (['-T', seconds] or ['-t', transactions per client]).
-sub bench_both
-{
-	my ($script_body, $opts, $run, @nodes) = @_;
-	my $dir    = PostgreSQL::Test::Utils::tempdir('pgbench');
-	my $script = "$dir/hot.sql";
-	open(my $fh, '>', $script) or die "cannot write $script: $!";
-	print $fh $script_body;
-	close $fh;
-	local $ENV{PGOPTIONS} = $opts;
-	my @bench;
-	for my $n (@nodes)
-	{
-		my ($out, $err) = ('', '');
-		my @cmd = ('pgbench', '-n', '-c', '8', '-j', '2', @$run, '-f', $script,
-			'-h', $n->host, '-p', $n->port, 'postgres');
-		push @bench, { node => $n, out => \$out, err => \$err,
-			h => IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err) };
-	}
-	for my $b (@bench)
-	{
-		$b->{h}->finish;
-		is($b->{h}->full_result(0) >> 8, 0, $b->{node}->name . ': pgbench exits 0')
-		  or diag(${ $b->{out} } . ${ $b->{err} });
-	}
-}
+sub bench_both { return SlidewinTest::pgbench_on_each(@_) }
 
 # ---------------------------------------------------------------------
 # 1a. A limit that binds: 8 clients on each server, one key

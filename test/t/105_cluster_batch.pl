@@ -244,26 +244,8 @@ sub fullest_window
 
 {
 	my ($lim, $win) = (40, 0.2);
-	my $dir    = PostgreSQL::Test::Utils::tempdir('pgbench');
-	my $script = "$dir/bind.sql";
-	open(my $fh, '>', $script) or die "cannot write $script: $!";
-	print $fh "\\set s random(1, 20)\n\\sleep :s ms\nSELECT take('bind', $lim, '200 ms');\n";
-	close $fh;
-	local $ENV{PGOPTIONS} = '-c slidewin.local_batch=10 -c slidewin.local_batch_time=30';
-	my @bench;
-	for my $n ($a_node, $b_node)
-	{
-		my ($out, $err) = ('', '');
-		push @bench, { node => $n, out => \$out, err => \$err,
-			h => IPC::Run::start([ 'pgbench', '-n', '-c', '8', '-j', '2', '-T', '2', '-f', $script,
-				'-h', $n->host, '-p', $n->port, 'postgres' ], '<', \undef, '>', \$out, '2>', \$err) };
-	}
-	for my $b (@bench)
-	{
-		$b->{h}->finish;
-		is($b->{h}->full_result(0) >> 8, 0, $b->{node}->name . ': pgbench exits 0')
-		  or diag(${ $b->{out} } . ${ $b->{err} });
-	}
+	SlidewinTest::pgbench_on_each("\\set s random(1, 20)\n\\sleep :s ms\nSELECT take('bind', $lim, '200 ms');\n",
+		'-c slidewin.local_batch=10 -c slidewin.local_batch_time=30', [ '-T', '2' ], $a_node, $b_node);
 	my ($max, $n) = fullest_window('bind', $win);
 	note("binding limit: $n admitted on both servers; the fullest window of 200 ms holds $max");
 	cmp_ok($n, '>', 3 * $lim, "the limit bound, and was filled again and again ($n admitted)");
