@@ -467,6 +467,27 @@ foreach my $case (
 	unlike($err, qr/ERROR/, 'refund: no ERROR');
 	is("$refunded|$dropped", '0|1', 'refund: counted as dropped, not given back');
 }
+# rl_refund sends its refund at once and waits for the reply, which is read
+# by the same check: a reply no refund script gives is refused, and the
+# call raises the protocol error with the reply named (08P01), rather than
+# say the units went back.
+{
+	$fake->script($ints->(@admit), ":1\r\n");
+	my ($o, $e) = run_sql(q{SELECT rl_refund('h', ticket) FROM rl_attempt('h', 100, '1 hour', 1, 'error') r});
+	is("$o|$e", 't|', 'rl_refund answered 1: given back');
+	foreach my $case (
+		[ ":7\r\n", qr/The refund reply is 7, but it must be 0 or 1\./ ],
+		[ "\$1\r\n1\r\n", qr/The refund reply is a bulk string, not an integer\./ ])
+	{
+		my ($reply, $detail) = @$case;
+		$fake->script($ints->(@admit), $reply);
+		($o, $e) = run_sql(q{SELECT rl_refund('h', ticket) FROM rl_attempt('h', 100, '1 hour', 1, 'error') r});
+		my $name = 'rl_refund answered ' . ($reply =~ s/\r\n/ /gr);
+		like($e, qr/ERROR:\s+08P01: slidewin received an invalid reply from Redis/, "$name: 08P01");
+		like($e, qr/DETAIL:\s+$detail/, "$name: the error names the reply");
+	}
+}
+
 # Garbage where the refund's reply belongs: the connection cannot be trusted
 # and goes; the refund is neither given back nor dropped but kept, and sent
 # again (refunds are idempotent) once a server answers properly.

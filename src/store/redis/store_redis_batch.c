@@ -132,28 +132,11 @@ redis_store_refund_part(const char *rkey, int rkeylen, const char *lkey, int lke
 	const char *args[5] = {tsbuf, costbuf, winbuf, "", partbuf};
 	const char *keys[2] = {rkey, lkey};
 	size_t		keylens[2] = {rkeylen, lkeylen};
-	char		why[sizeof(r->message)];
 
 	snprintf(tsbuf, sizeof(tsbuf), INT64_FORMAT, ts);
 	snprintf(costbuf, sizeof(costbuf), INT64_FORMAT, cost);
 	snprintf(winbuf, sizeof(winbuf), INT64_FORMAT, win_us);
 	snprintf(partbuf, sizeof(partbuf), INT64_FORMAT, part);
 	script_run(SCRIPT_LOG_REFUND, 2, keys, keylens, 5, args, r);
-	if (!redis_store_settle(r))
-		return false;
-	switch (reply_refund_verdict(r->reply))
-	{
-		case REFUND_GIVEN:
-			*given = true;
-			break;
-		case REFUND_NOTHING:
-			*given = false;
-			break;
-		default:
-			reply_refund_describe(r->reply, why, sizeof(why));
-			return redis_store_refuse(r, "%s", why);
-	}
-	freeReplyObject(r->reply);
-	r->reply = NULL;
-	return true;
+	return redis_store_read_refund(r, given);
 }

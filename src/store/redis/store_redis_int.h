@@ -44,6 +44,14 @@ extern bool redis_store_refuse(RedisResult *r, const char *fmt,...)
 			pg_attribute_printf(2, 3);
 
 /*
+ * Read the reply to a refund script (log_refund.lua and its kin) in r:
+ * true with *given when Redis took it, false when Redis cannot answer now
+ * or the reply is not one such a script gives (refused as above). Frees
+ * the reply.
+ */
+extern bool redis_store_read_refund(RedisResult *r, bool *given);
+
+/*
  * Turn the reply to an outcome script for args (an attempt, or a peek) into
  * *o, or refuse it (false, RS_FAIL_PROTOCOL) if it is not one that script
  * could have given (reply_check.c). Frees the reply.

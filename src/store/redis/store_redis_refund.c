@@ -105,7 +105,6 @@ refund_now(const RlArgs *args, int64 ts, const char *import_id, int64 cost,
 	int			ledgerlen;
 	char		now[24];
 	int64		dummy;
-	char		why[sizeof(r->message)];
 
 	(void) limit_test_clock(&dummy);	/* parsed here, where that may ERROR */
 	if (!redis_store_refund_clock(now, sizeof(now)))
@@ -138,6 +137,14 @@ refund_now(const RlArgs *args, int64 ts, const char *import_id, int64 cost,
 	}
 	pfree(log);
 	pfree(ledger);
+	return redis_store_read_refund(r, given);
+}
+
+bool
+redis_store_read_refund(RedisResult *r, bool *given)
+{
+	char		why[sizeof(r->message)];
+
 	if (!redis_store_settle(r))
 		return false;
 	switch (reply_refund_verdict(r->reply))
