@@ -211,7 +211,7 @@ BEGIN
   DROP TABLE updated;
 END $$;
 SET client_min_messages = warning;
-SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10', '1.11', '1.12', '1.13', '1.14']) AS v,
+SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10', '1.11', '1.12', '1.13', '1.14', '1.15']) AS v,
        LATERAL pg_temp.update_from(v) AS u;
 RESET client_min_messages;
 -- 1.13 dropped the carry table's index on expires: updated from 1.13 just
@@ -222,11 +222,41 @@ SELECT array_agg(indexrelid::regclass::text) AS carry_indexes
 -- 1.14 fills the heads' pages to a fifth: so after the update from 1.14
 -- (which went through 1.13 to 1.14).
 SELECT reloptions AS head_options FROM pg_class WHERE oid = 'rl_fallback_head'::regclass;
--- 1.15 dropped the logs' and the counting algorithms' indexes on expires:
--- after the update from 1.14, each keeps only its key indexes.
+-- 1.15 dropped the logs' and the counting algorithms' indexes on expires,
+-- 1.16 the logs' indexes on (key, total): after the update from 1.15, each
+-- table keeps only its index on the key and the time (or algorithm).
 SELECT indrelid::regclass::text AS tbl, array_agg(indexrelid::regclass::text ORDER BY indexrelid::regclass::text) AS indexes
   FROM pg_index
  WHERE indrelid IN ('rl_fallback_log'::regclass, 'rl_fallback_mlog'::regclass, 'rl_fallback_state'::regclass)
  GROUP BY 1 ORDER BY 1;
+
+-- This library with a database not updated yet: 1.14's tables still have
+-- the indexes on expires and on (key, total), and the library keeps them
+-- whole until the update drops them. Each index, read alone (no sequential
+-- or bitmap scan, so the plan must walk it), holds every row.
+SET client_min_messages = warning;
+DROP EXTENSION slidewin;
+CREATE EXTENSION slidewin VERSION '1.14';
+RESET client_min_messages;
+SELECT count(*) FILTER (WHERE allowed) AS admitted_on_1_14
+  FROM generate_series(1, 30) g,
+       LATERAL rl_attempt('old' || (g % 7), 3, '1 hour') r;
+SELECT (rl_attempt_multi('oldm' || g, ARRAY[2, 5], ARRAY['1 minute', '1 hour']::interval[])).allowed
+  FROM generate_series(1, 3) g;
+SELECT allowed, retry_after FROM rl_attempt('old1', 3, '1 hour');
+SELECT (SELECT count(*) FROM rl_fallback_log) AS log_rows,
+       (SELECT count(*) FROM rl_fallback_mlog) AS mlog_rows;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SELECT (SELECT count(*) FROM (SELECT 1 FROM rl_fallback_log WHERE key >= '' ORDER BY key, total) i) AS in_key_total,
+       (SELECT count(*) FROM (SELECT 1 FROM rl_fallback_log WHERE expires > 0 ORDER BY expires) i) AS in_expires,
+       (SELECT count(*) FROM (SELECT 1 FROM rl_fallback_mlog WHERE key >= '' ORDER BY key, total) i) AS mlog_in_key_total;
+EXPLAIN (COSTS OFF) SELECT 1 FROM rl_fallback_log WHERE key >= '' ORDER BY key, total;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+SET client_min_messages = warning;
+DROP EXTENSION slidewin;
+CREATE EXTENSION slidewin;
+RESET client_min_messages;
 SELECT count(*) AS versions_shipped
   FROM pg_available_extension_versions WHERE name = 'slidewin';

@@ -279,23 +279,76 @@ read_state(FbScan *s, const RlArgs *args, bool clean, const FbHead *head,
 }
 
 /*
- * When window w next admits `need` more units: the expiry of the live row
- * whose running total reaches base + need, found in one descent of the
- * (key, total) index. Rows before the window all have totals <= base, so
- * the row found is a live one, no newer than the newest row read.
+ * The live row of window w whose running total first reaches target. The
+ * rows after the window's cutoff, up to the newest row read, have running
+ * totals that never fall as their times grow: an admission adds its units
+ * to the newest total, and a refund moves every newer row down by the
+ * units it gives back (fallback_refund). So the row is found by walking the
+ * (key, ts) index from the cutoff, for at most RETRY_WALK rows (the row is
+ * nearly always the first: a denied call of cost 1 waits for the oldest
+ * unit), and past that by halving the range of times between the last row
+ * walked, which falls short, and the newest row, which reaches it: each
+ * step reads the newest row of the lower half.
  *
- * Returns false if the log no longer holds such a row: the state was read
+ * Returns false if no row in that range reaches target: the state was read
  * without a lock, and an rl_reset (or anything else that rewrote the key)
  * committed since. The caller then reads the key again.
  */
+#define RETRY_WALK 32
+
+static bool
+row_reaching(FbScan *s, const FbState *st, const FbWindow *w, int64 target, FbEntry *found)
+{
+	IndexScanDesc scan = fallback_scan_begin_range(s, IDX_KEY_TS, BTGreaterStrategyNumber, w->cutoff,
+												   BTLessEqualStrategyNumber, st->newest.ts);
+	int64		lo = w->cutoff;	/* no row at or before lo reaches target */
+	int64		hi;
+	int			walked = 0;
+
+	while (walked < RETRY_WALK && fallback_scan_next(s, scan, ForwardScanDirection, found))
+	{
+		if (found->total >= target)
+		{
+			index_endscan(scan);
+			return true;
+		}
+		lo = found->ts;
+		walked++;
+	}
+	index_endscan(scan);
+	if (walked < RETRY_WALK)
+		return false;
+	fallback_scan_first_range(s, IDX_KEY_TS, BackwardScanDirection, BTGreaterStrategyNumber, lo,
+							  BTLessEqualStrategyNumber, st->newest.ts, found);
+	if (!found->found || found->total < target)
+		return false;
+	hi = found->ts;
+	while (hi - lo > 1)
+	{
+		int64		mid = lo + (hi - lo) / 2;
+		FbEntry		e;
+
+		CHECK_FOR_INTERRUPTS();
+		fallback_scan_first_range(s, IDX_KEY_TS, BackwardScanDirection, BTGreaterStrategyNumber, lo,
+								  BTLessEqualStrategyNumber, mid, &e);
+		if (e.found && e.total >= target)
+		{
+			*found = e;
+			hi = e.ts;
+		}
+		else
+			lo = mid;			/* (lo, mid] holds no row, or only rows short of it */
+	}
+	return true;
+}
+
+/* When window w next admits `need` more units: the expiry of the row that frees them. */
 static bool
 retry_after(FbScan *s, const FbState *st, const FbWindow *w, int64 need, int64 *wait)
 {
 	FbEntry		e;
 
-	fallback_scan_first(s, IDX_KEY_TOTAL, ForwardScanDirection, BTGreaterEqualStrategyNumber,
-						w->base + need, &e);
-	if (!e.found || e.ts <= w->cutoff || e.ts > st->newest.ts)
+	if (!row_reaching(s, st, w, w->base + need, &e))
 		return false;
 	*wait = e.ts + w->win - st->now;
 	return true;

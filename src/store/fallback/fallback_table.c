@@ -205,8 +205,11 @@ lookup_oids(void)
 		{
 			fallback_tables[t].index_oids[i] = fallback_tables[t].index_names[i] ?
 				get_relname_relid(fallback_tables[t].index_names[i], nsp) : InvalidOid;
-			/* the expires indexes went with 1.15; one still there is kept whole */
-			missing = missing || (i != IDX_EXPIRES && fallback_tables[t].index_names[i] &&
+			/*
+			 * The expires indexes went with 1.15, the (key, total) ones with
+			 * 1.16; one still there is kept whole.
+			 */
+			missing = missing || (i == IDX_KEY_TS && fallback_tables[t].index_names[i] &&
 								  !OidIsValid(fallback_tables[t].index_oids[i]));
 		}
 	}

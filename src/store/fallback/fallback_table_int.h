@@ -63,7 +63,7 @@
 typedef enum FbIndex
 {
 	IDX_KEY_TS,					/* rl_fallback_state: (key, algo); head: (key, log) */
-	IDX_KEY_TOTAL,				/* rl_fallback_state: none */
+	IDX_KEY_TOTAL,				/* before 1.16 only; rl_fallback_state: none */
 	IDX_EXPIRES,
 	IDX_COUNT
 } FbIndex;
