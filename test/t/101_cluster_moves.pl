@@ -150,6 +150,21 @@ sub replica_of
 	return $r;
 }
 
+# On a failure: the calls not answered by Redis since $since, by time
+# after it, and the breaker's counters.
+sub fell_back_since
+{
+	my ($since, $what) = @_;
+	diag("calls not answered by Redis, by time since the $what (s):\n",
+		$node->safe_psql('postgres', qq{
+		SELECT round((extract(epoch FROM at) - $since)::numeric, 2) AS t, k, store, allowed
+		FROM adm WHERE k <> 'hot' AND store <> 'redis' AND extract(epoch FROM at) > $since
+		ORDER BY 1 LIMIT 20}),
+		"\nrl_stats: ", $node->safe_psql('postgres',
+			'SELECT redis_errors, redis_timeouts, breaker_trips FROM rl_stats'));
+	return;
+}
+
 sub late_answers
 {
 	my ($since) = @_;
@@ -175,13 +190,7 @@ my $switched = under_load(7, $many, 0, sub {
 my ($n, $bad) = late_answers($switched + 1.0);
 cmp_ok($n, '>', 0, "CLUSTER FAILOVER: calls after the switch + the retry interval ($n)");
 is($bad, '0', 'CLUSTER FAILOVER: every one of them answered by Redis')
-  or diag("calls not answered by Redis, by time since the switch (s):\n",
-	$node->safe_psql('postgres', qq{
-	SELECT round((extract(epoch FROM at) - $switched)::numeric, 2) AS t, k, store, allowed
-	FROM adm WHERE k <> 'hot' AND store <> 'redis' AND extract(epoch FROM at) > $switched
-	ORDER BY 1 LIMIT 20}),
-	"\nrl_stats: ", $node->safe_psql('postgres',
-		'SELECT redis_errors, redis_timeouts, breaker_trips FROM rl_stats'));
+  or fell_back_since($switched, 'switch');
 
 $node->safe_psql('postgres', 'TRUNCATE adm');
 $victim = $rep;
@@ -228,13 +237,7 @@ $switched = under_load(12, $many, 0, sub {
 ($n, $bad) = late_answers($switched + 1.5);
 cmp_ok($n, '>', 0, "kill -9 of a master: calls after the promotion + the retry interval ($n)");
 is($bad, '0', 'kill -9 of a master: every one of them answered by Redis')
-  or diag("calls not answered by Redis, by time since the promotion (s):\n",
-	$node->safe_psql('postgres', qq{
-	SELECT round((extract(epoch FROM at) - $switched)::numeric, 2) AS t, k, store, allowed
-	FROM adm WHERE k <> 'hot' AND store <> 'redis' AND extract(epoch FROM at) > $switched
-	ORDER BY 1 LIMIT 20}),
-	"\nrl_stats: ", $node->safe_psql('postgres',
-		'SELECT redis_errors, redis_timeouts, breaker_trips FROM rl_stats'));
+  or fell_back_since($switched, 'promotion');
 is($node->safe_psql('postgres', q{SELECT count(*) > 0 FROM adm WHERE store = 'fallback'}), 't',
 	'the fallback store answered while the slot had no master');
 my ($during, $not_redis) = split /\|/, $node->safe_psql('postgres', qq{
