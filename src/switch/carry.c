@@ -302,21 +302,25 @@ outage_remember_all(int n, const RlArgs *args, int64 asked_at, const RlOutcome *
  * read under the slot's spinlock, which the carrying call took to count
  * itself in flight before it reads the marks: one of the two orders holds.
  */
-void
-outage_fallback_attempt(const RlArgs *args, RlOutcome *o)
+/*
+ * A sliding log's call in the fallback store, its row scored ahead_us after
+ * its admission (0 but for a local batch's reserve, local_batch.c).
+ */
+static void
+fallback_attempt_announced(const RlArgs *args, int64 ahead_us, RlOutcome *o)
 {
 	int64		announced = pending_add(args, args->cost);
 
 	if (announced == 0)
 	{
-		fallback_attempt(args, outage_seed, o);
+		fallback_attempt_ahead(args, outage_seed, ahead_us, o);
 		if (o->carry_units > 0)
 			outage_fallback_wrote(args, o->carry_units);
 		return;
 	}
 	PG_TRY();
 	{
-		fallback_attempt(args, outage_seed, o);
+		fallback_attempt_ahead(args, outage_seed, ahead_us, o);
 	}
 	PG_CATCH();
 	{
@@ -329,6 +333,19 @@ outage_fallback_attempt(const RlArgs *args, RlOutcome *o)
 	(void) pending_add(args, o->carry_units - announced);
 	if (o->carry_units > 0)
 		outage_wrote_rows();
+}
+
+void
+outage_fallback_attempt(const RlArgs *args, RlOutcome *o)
+{
+	fallback_attempt_announced(args, 0, o);
+}
+
+void
+outage_fallback_reserve(const RlArgs *args, int64 ahead_us, RlOutcome *o)
+{
+	Assert(args->algorithm == ALGO_SLIDING_LOG);
+	fallback_attempt_announced(args, ahead_us, o);
 }
 
 void

@@ -36,6 +36,13 @@ extern void outage_fallback_attempt(const RlArgs *args, RlOutcome *o);
 extern void outage_fallback_peek(const RlArgs *args, RlOutcome *o);
 
 /*
+ * The same attempt for a local batch's reserve in the fallback store
+ * (local_batch.c): args->cost is the batch's units, and its row is scored
+ * ahead_us after its admission, when its last unit may be used.
+ */
+extern void outage_fallback_reserve(const RlArgs *args, int64 ahead_us, RlOutcome *o);
+
+/*
  * The fallback store wrote the row of an admission (cost units) that Redis
  * must learn of; until the transaction ends, a carry of the key waits for it.
  */

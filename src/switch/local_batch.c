@@ -70,6 +70,26 @@
  *	   scored nor when its units may be used: the exactness argument above
  *	   does not depend on it.
  *
+ *	6. While Redis cannot answer and the call's policy is fallback, a
+ *	   reserve is made in the fallback store instead (doc/semantics.md,
+ *	   "Local batches in the fallback store"): one admission of the batch's
+ *	   units, its row scored d after the store's clock read after `sent'
+ *	   (so after every use, as rule 1 has it for Redis), counted by every
+ *	   later check of the key from its commit, and carried into Redis with
+ *	   that score ahead of Redis's now when Redis answers again. Its slot
+ *	   names the database whose store holds the row, and no other database
+ *	   takes from it. The row commits or aborts with the reserving
+ *	   transaction: until it commits the slot is SLOT_PENDING, taken from
+ *	   only by that backend, whose units go with the row if it aborts; at
+ *	   commit it becomes SLOT_LIVE, and an abort of the transaction, or of
+ *	   the subtransaction that reserved, frees it. A prepared transaction's
+ *	   batch is freed at PREPARE: its units stay counted, unused. Nothing is
+ *	   given back: the units a fallback batch did not use stay counted until
+ *	   its row leaves the window (a denial, never an admission), and the
+ *	   slot is freed at its deadline by whichever process sees it first.
+ *	   A fallback reserve is all or nothing: denied, the call is decided
+ *	   alone, as it would be without batches.
+ *
  * The table is small and fixed (BATCH_SLOTS); when it is full, a call goes
  * to Redis as if batches were off. The demand table (DEMAND_SLOTS entries,
  * direct-mapped by a hash of the key, a second hash telling keys that share
@@ -83,6 +103,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -98,6 +119,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "carry.h"
 #include "local_batch.h"
 #include "settings.h"
 #include "scripts.h"
@@ -119,12 +141,17 @@ typedef enum SlotState
 {
 	SLOT_FREE = 0,
 	SLOT_LIVE,					/* may be taken from until its deadline */
-	SLOT_ENDING					/* the worker is giving its rest back */
+	SLOT_ENDING,				/* the worker is giving its rest back */
+	SLOT_PENDING				/* a fallback batch whose row is not committed:
+								 * only its own backend takes from it (rule 6) */
 } SlotState;
 
 typedef struct BatchSlot
 {
 	SlotState	state;
+	uint32		gen;			/* moves each time the slot is freed */
+	Oid			dbid;			/* a fallback batch's database; else InvalidOid */
+	int			owner;			/* PENDING: the pid of the backend that reserved */
 	uint32		hash;			/* of the log key, lim, win and target */
 	uint32		target;			/* hash of slidewin.redis_url */
 	int64		lim;
@@ -167,7 +194,33 @@ typedef struct BatchShared
  */
 static int64 reserve_want = 0;
 
+/* The same for a reserve in the fallback store (local_batch_reserve_fallback). */
+static int64 fallback_want = 0;
+
+/*
+ * This backend's fallback batches whose rows its transaction has not
+ * committed yet (rule 6): the slot, its generation then, and the
+ * subtransaction that reserved it.
+ */
+#define MY_PENDING 8
+static struct
+{
+	int			slot;
+	uint32		gen;
+	SubTransactionId subid;
+}			my_pending[MY_PENDING];
+static int	n_my_pending = 0;
+static bool xact_callbacks_set = false;
+
 static BatchShared *shared = NULL;
+
+/* Free a slot (under the exclusive lock): a pending reserve no longer owns it. */
+static void
+slot_free(BatchSlot *s)
+{
+	s->state = SLOT_FREE;
+	s->gen++;
+}
 
 /* The clock deadlines are kept on, in microseconds. */
 static int64
@@ -285,6 +338,7 @@ static bool
 slot_matches(const BatchSlot *s, const RlArgs *args, const BatchKey *k)
 {
 	return s->hash == k->hash && s->target == k->target && s->lim == args->lim &&
+		(s->dbid == InvalidOid || s->dbid == MyDatabaseId) &&
 		s->win_us == args->win_us && s->loglen == k->loglen &&
 		memcmp(s->keys, k->log, k->loglen) == 0;
 }
@@ -296,7 +350,7 @@ outcome_from(const BatchSlot *s, const RlArgs *args, RlOutcome *o)
 	o->allowed = true;
 	o->blocked = false;
 	o->known = true;
-	o->store = "redis";
+	o->store = s->dbid == InvalidOid ? "redis" : "fallback";
 	o->remaining = s->remaining;
 	o->used = args->lim - s->remaining;
 	o->retry_us = 0;
@@ -368,9 +422,13 @@ local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve)
 	{
 		BatchSlot  *s = &shared->slots[i];
 
+		if (s->dbid != InvalidOid && s->state != SLOT_FREE && now >= s->deadline)
+			slot_free(s);		/* a fallback batch ends with nothing to give back */
 		if (s->state == SLOT_FREE)
 			room = true;
-		if (s->state != SLOT_LIVE || s->left < args->cost || !slot_matches(s, args, &k))
+		if (!(s->state == SLOT_LIVE ||
+			  (s->state == SLOT_PENDING && s->owner == MyProcPid)) ||
+			s->left < args->cost || !slot_matches(s, args, &k))
 			continue;
 		if (now >= s->deadline)
 			continue;
@@ -387,6 +445,7 @@ local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve)
 	 * Redis alone, rather than reserve a batch only to give it back.
 	 */
 	reserve_want = (done || !room) ? 0 : want;
+	fallback_want = reserve_want;
 	*reserve = reserve_want > 0;
 	return done;
 }
@@ -445,6 +504,8 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 		{
 			BatchSlot  *s = &shared->slots[free_slot];
 
+			s->dbid = InvalidOid;
+			s->owner = 0;
 			s->hash = k.hash;
 			s->target = k.target;
 			s->lim = args->lim;
@@ -479,6 +540,155 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	pfree(k.log);
 	pfree(k.ledger);
 	return true;
+}
+
+/*
+ * The end of the transaction, or of a subtransaction, that reserved
+ * fallback batches (rule 6): at commit they may be taken from by every
+ * backend of the database; at an abort, or at PREPARE, nobody takes from
+ * them again. A slot freed meanwhile (its deadline passed, by another
+ * process) has moved on to another generation and is left alone.
+ */
+static void
+pending_end(bool live, SubTransactionId from)
+{
+	int			kept = 0;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < n_my_pending; i++)
+	{
+		BatchSlot  *s = &shared->slots[my_pending[i].slot];
+
+		if (my_pending[i].subid < from)
+		{
+			my_pending[kept++] = my_pending[i];
+			continue;
+		}
+		if (s->state != SLOT_PENDING || s->gen != my_pending[i].gen)
+			continue;
+		if (live)
+		{
+			s->state = SLOT_LIVE;
+			s->owner = 0;
+		}
+		else
+			slot_free(s);
+	}
+	LWLockRelease(shared->lock);
+	n_my_pending = kept;
+}
+
+static void
+pending_xact_callback(XactEvent event, void *arg)
+{
+	if (n_my_pending == 0)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			pending_end(true, InvalidSubTransactionId);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			pending_end(false, InvalidSubTransactionId);
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * A subtransaction that aborts takes with it the rows of the batches that
+ * it, or a subtransaction inside it, reserved: those began after it, so
+ * their ids are at least its own.
+ */
+static void
+pending_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						 SubTransactionId parentSubid, void *arg)
+{
+	if (n_my_pending > 0 && event == SUBXACT_EVENT_ABORT_SUB)
+		pending_end(false, mySubid);
+}
+
+void
+local_batch_reserve_fallback(const RlArgs *args, RlOutcome *o)
+{
+	int64		want = fallback_want;
+	int64		d_us = (int64) slidewin_local_batch_time * 1000;
+	int64		sent;
+	RlArgs		batch = *args;
+	BatchKey	k;
+	int			free_slot = -1;
+
+	fallback_want = 0;
+	want = Min(want, Min((int64) slidewin_local_batch, args->lim));
+	if (want <= args->cost || n_my_pending == MY_PENDING)
+	{
+		outage_fallback_attempt(args, o);
+		return;
+	}
+
+	/* rule 1: read before the store reads its clock, so before any use */
+	sent = mono_us();
+	batch.cost = want;
+	outage_fallback_reserve(&batch, d_us, o);
+	if (!o->allowed)
+	{
+		/* rule 6: the call alone, as without batches (nothing was written) */
+		outage_fallback_attempt(args, o);
+		return;
+	}
+	/* the call's row is the batch's: no ticket (its abort takes the row) */
+	o->entry_ts = -1;
+	o->recorded_ts = -1;
+
+	if (!xact_callbacks_set)
+	{
+		RegisterXactCallback(pending_xact_callback, NULL);
+		RegisterSubXactCallback(pending_subxact_callback, NULL);
+		xact_callbacks_set = true;
+	}
+	batch_key(args, &k);
+	if (k.loglen + k.ledgerlen <= BATCH_KEY_BYTES)
+	{
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < BATCH_SLOTS && free_slot < 0; i++)
+			if (shared->slots[i].state == SLOT_FREE)
+				free_slot = i;
+		if (free_slot >= 0)
+		{
+			BatchSlot  *s = &shared->slots[free_slot];
+
+			s->dbid = MyDatabaseId;
+			s->owner = MyProcPid;
+			s->hash = k.hash;
+			s->target = k.target;
+			s->lim = args->lim;
+			s->win_us = args->win_us;
+			s->deadline = sent + d_us;
+			s->score = o->reset_at_us - args->win_us;
+			s->taken = want;
+			s->left = want - args->cost;
+			s->remaining = o->remaining;
+			s->reset_at_us = o->reset_at_us;
+			s->next_us = o->next_us;
+			s->loglen = k.loglen;
+			s->ledgerlen = k.ledgerlen;
+			memcpy(s->keys, k.log, k.loglen);
+			memcpy(s->keys + k.loglen, k.ledger, k.ledgerlen);
+			s->state = SLOT_PENDING;
+			my_pending[n_my_pending].slot = free_slot;
+			my_pending[n_my_pending].gen = s->gen;
+			my_pending[n_my_pending].subid = GetCurrentSubTransactionId();
+			n_my_pending++;
+		}
+		LWLockRelease(shared->lock);
+	}
+	/* with nowhere to keep it, the rest stays counted, unused (rule 6) */
+	pfree(k.log);
+	pfree(k.ledger);
 }
 
 int64
@@ -523,8 +733,8 @@ local_batch_end_key(const RlArgs *args)
 	{
 		BatchSlot  *s = &shared->slots[i];
 
-		if (s->state == SLOT_LIVE && s->loglen == loglen &&
-			memcmp(s->keys, log, loglen) == 0)
+		if ((s->state == SLOT_LIVE || s->state == SLOT_PENDING) &&
+			s->loglen == loglen && memcmp(s->keys, log, loglen) == 0)
 			s->deadline = 0;
 	}
 	wake = shared->worker_latch;
@@ -553,6 +763,9 @@ end_batches(void)
 		bool		ending = false;
 
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		/* a fallback batch has nothing to give back (rule 6) */
+		if (s->dbid != InvalidOid && s->state != SLOT_FREE && now >= s->deadline)
+			slot_free(s);
 		if (s->state == SLOT_LIVE && now >= s->deadline)
 			s->state = SLOT_ENDING;
 		if (s->state == SLOT_ENDING)
@@ -575,7 +788,7 @@ end_batches(void)
 						   copy.win_us))
 		{
 			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-			s->state = SLOT_FREE;
+			slot_free(s);
 			LWLockRelease(shared->lock);
 		}
 		else
@@ -598,7 +811,8 @@ end_batches(void)
 	{
 		BatchSlot  *s = &shared->slots[i];
 
-		if (s->state == SLOT_LIVE && (next == 0 || s->deadline < next))
+		if ((s->state == SLOT_LIVE || s->state == SLOT_PENDING) &&
+			(next == 0 || s->deadline < next))
 			next = s->deadline;
 	}
 	LWLockRelease(shared->lock);

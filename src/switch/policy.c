@@ -248,7 +248,11 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 		case POLICY_FALLBACK:
 			outage_log_answer(OUTAGE_FALLBACK, &r);
 			fallback_dirty = true;
-			fallback_op(args, o);
+			/* a batch the call asked Redis for is reserved there instead */
+			if (redis_op == local_batch_reserve && fallback_op == outage_fallback_attempt)
+				local_batch_reserve_fallback(args, o);
+			else
+				fallback_op(args, o);
 			break;
 		case POLICY_ALLOW:
 			outage_log_answer(OUTAGE_ALLOW, &r);

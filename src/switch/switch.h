@@ -21,8 +21,9 @@
  *					slidewin.outage_log_interval, a line when Redis answers
  *					again, and since when it has been unreachable;
  *	local_batch.c	local batches of a hot sliding_log key: units reserved
- *					from Redis at once, used from shared memory, the rest
- *					given back by a worker when the batch ends;
+ *					from Redis (or, while it cannot answer, from the
+ *					fallback store) at once, used from shared memory, a
+ *					Redis batch's rest given back by a worker when it ends;
  *	refund.c and its companions: refunds and releases sent at transaction
  *					end, whichever store recorded the entry.
  *
@@ -72,13 +73,17 @@
  *	   fallback store wrote for Redis to learn of comes back to the switch in
  *	   RlOutcome.carry_units, and the switch waits for it (fb_pending).
  *
- *	7. A local batch (local_batch.c) is Redis's answer, kept: its units
- *	   were counted by Redis as one entry scored at the batch's end, so a
- *	   call may take one until the batch's local deadline whether Redis
- *	   answers now or not, and no batch is made while Redis cannot answer.
- *	   A call served from a batch records nothing of its own and is not
- *	   remembered in the outage memory, whose last answer from Redis
- *	   already counts the whole batch.
+ *	7. A local batch (local_batch.c) is a store's answer, kept: its units
+ *	   were counted by Redis, or by this database's fallback store while
+ *	   Redis could not answer, as one entry scored at the batch's end, so a
+ *	   call may take one until the batch's local deadline whichever store
+ *	   would answer it now. A fallback batch's row is carried into Redis
+ *	   as any row is (rule 4), scored as far ahead of Redis's clock as it
+ *	   was of the fallback store's, so Redis counts its units as long as
+ *	   they may be used; it serves only its own database, and only once its
+ *	   transaction has committed. A call served from a batch records nothing
+ *	   of its own and is not remembered in the outage memory, whose last
+ *	   answer from Redis already counts a Redis batch whole.
  *
  * doc/failure-modes.md gives the bounds these rules keep, and
  * doc/architecture.md where this module sits in the house.

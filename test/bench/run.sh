@@ -558,6 +558,23 @@ add_row fa_hot B pgbench 'Redis stopped, pure fallback, one hot key, through `rl
 	"SELECT rl_allow('ahot', 1000000000, '1 second');"
 add_row brk_hot B pgbench 'Redis stopped, breaker default (1000 ms), one hot key' \
 	"SELECT * FROM rl_attempt('bhot', 1000000000, '1 second');"
+# Local batches in the fallback store (1.17): the hot key with
+# slidewin.local_batch on, as batch_hot has it for Redis. Before 1.17 a
+# fallback call made no batch, and the rows would measure fb_hot again.
+has_fb_batch=0
+if ((has_batch)) && [[ $(printf '%s\n' 1.17 "$ext_version" | sort -V | head -n 1) == 1.17 ]]; then has_fb_batch=1; fi
+for id in fbb_hot fab_hot; do
+	case $id in
+	fbb_hot) label='Redis stopped, pure fallback, one hot key, local batches on (1000, 20 ms)' sql="SELECT * FROM rl_attempt('fbhot', 1000000000, '1 second');" ;;
+	fab_hot) label='Redis stopped, pure fallback, one hot key, through `rl_allow`, local batches on (1000, 20 ms)' sql="SELECT rl_allow('fbahot', 1000000000, '1 second');" ;;
+	esac
+	if ((has_fb_batch)); then
+		add_row "$id" B pgbench "$label" "$sql"
+	else
+		add_row "$id" B na "$label"
+		R_na[$id]="n/a (no local batches in the fallback store before 1.17)"
+	fi
+done
 add_row fb_hot_long C pgbench "Redis stopped, pure fallback, one hot key, one continuous run$long_desc" \
 	"SELECT * FROM rl_attempt('shot', 1000000000, '1 second');"
 R_extra[fb_hot_long]="-P 1"
@@ -576,6 +593,9 @@ R_clients[fb_steady]=8 R_clients[pl_steady]=8
 for id in fb_many fb_hot fa_many fa_hot fb_hot_long fb_steady; do
 	R_opts[$id]="-c slidewin.on_redis_error=fallback -c slidewin.redis_retry_interval=3600000"
 done
+for id in fbb_hot fab_hot; do
+	R_opts[$id]="-c slidewin.on_redis_error=fallback -c slidewin.redis_retry_interval=3600000 $batch_set"
+done
 for id in brk_many brk_hot; do
 	R_opts[$id]="-c slidewin.on_redis_error=fallback -c slidewin.redis_retry_interval=1000"
 done
@@ -585,7 +605,7 @@ done
 # Tables that a workload deletes expired rows from: vacuumed before each of its
 # slices, so that every slice starts from the same state instead of inheriting
 # the dead rows of the slices before it (both stores alike).
-for id in fb_many brk_many fb_hot brk_hot fa_many fa_hot fb_hot_long fb_steady; do R_vacuum[$id]='rl_fallback_log, rl_fallback_head'; done
+for id in fb_many brk_many fb_hot brk_hot fa_many fa_hot fbb_hot fab_hot fb_hot_long fb_steady; do R_vacuum[$id]='rl_fallback_log, rl_fallback_head'; done
 R_vacuum[pl_many]=plbase.log R_vacuum[pl_hot]=plbase.log R_vacuum[pl_steady]=plbase.log
 R_zkey[hot0]=hot0 R_zstart[hot0]=0 R_prep[hot0]=empty
 R_zkey[hotmid]=hotmid R_zstart[hotmid]=$n_mid R_prep[hotmid]=tplmid
@@ -1054,7 +1074,7 @@ stop_redis "$work/redis"
 probe=$(PGOPTIONS="-c slidewin.on_redis_error=fallback" sql -c "SELECT store FROM rl_attempt('bench:probe:down', 10, '1 minute')" 2>"$work/probe.err" || true)
 if [[ $probe != fallback ]]; then
 	msg="with Redis stopped, a first call was not answered by the fallback store: $(head -n 1 "$work/probe.err")"
-	for id in fb_many brk_many fb_hot brk_hot fa_many fa_hot; do
+	for id in fb_many brk_many fb_hot brk_hot fa_many fa_hot fbb_hot fab_hot; do
 		for c in "${clients[@]}"; do T_err[$id.$c]=$msg; done
 	done
 	progress "ERROR $msg"
@@ -1064,9 +1084,10 @@ cpu_rows+=(fb_many)
 # Pure and breaker rows alternate which goes first (ABBA), and use keys of
 # their own, so that neither inherits the other's expired rows.
 for ((round = 1; round <= rounds_b; round++)); do
-	order=(fb_many fa_many brk_many fb_hot fa_hot brk_hot)
-	if ((round % 2 == 0)); then order=(brk_hot fa_hot fb_hot brk_many fa_many fb_many); fi
+	order=(fb_many fa_many brk_many fb_hot fa_hot brk_hot fbb_hot fab_hot)
+	if ((round % 2 == 0)); then order=(fab_hot fbb_hot brk_hot fa_hot fb_hot brk_many fa_many fb_many); fi
 	for id in "${order[@]}"; do
+		[[ ${R_kind[$id]} != na ]] || continue
 		for c in "${clients[@]}"; do
 			run_slice "$id" "$c" "$round" "$slice_b"
 		done
@@ -1307,6 +1328,12 @@ target "5a (boolean, UPDATE)" 'Fallback through `rl_allow`, many keys, 8 clients
 	"$(ratio "${tps[fa_many.8]:-}" "${tps[upd_many.8]:-}")" 0.9 x
 target "5b (boolean)" 'Fallback through `rl_allow`, hot key, 8 clients: tps ≥ 20 × PL/pgSQL baseline' \
 	"$(ratio "${tps[fa_hot.8]:-}" "${tps[pl_hot.8]:-}")" 20 x
+# The same with local batches on (1.17): the hot key's calls are served
+# from shared memory, one fallback row per batch.
+target "5b (local batches)" 'Fallback, hot key, 8 clients, `slidewin.local_batch` = 1000: tps ≥ 20 × PL/pgSQL baseline' \
+	"$(ratio "${tps[fbb_hot.8]:-}" "${tps[pl_hot.8]:-}")" 20 x
+target "5b (local batches, boolean)" 'Fallback through `rl_allow`, hot key, 8 clients, `slidewin.local_batch` = 1000: tps ≥ 20 × PL/pgSQL baseline' \
+	"$(ratio "${tps[fab_hot.8]:-}" "${tps[pl_hot.8]:-}")" 20 x
 young_fb=$(window_mean fb_steady.8 2 4)
 steady_fb=$(window_mean fb_steady.8 $((steady_secs - 4)) "$steady_secs")
 steady_pl=$(window_mean pl_steady.8 $((steady_secs - 4)) "$steady_secs")
@@ -1599,11 +1626,12 @@ declare -A chart_label=(
 	[algo_sliding_counter]='sliding_counter' [algo_token_bucket]='token_bucket'
 	[fb_many]='fallback, many keys' [fb_hot]='fallback, hot key'
 	[fa_many]='fallback, many keys, rl_allow' [fa_hot]='fallback, hot key, rl_allow'
+	[fbb_hot]='fallback, hot key, local batches' [fab_hot]='fallback, hot key, local batches, rl_allow'
 	[pl_many]='PL/pgSQL baseline, many keys' [pl_hot]='PL/pgSQL baseline, hot key'
 	[fb_steady]='fallback, hot key, steady state' [pl_steady]='PL/pgSQL, hot key, steady state'
 )
 chart_order=(s1 evalsha evalsha_log evalsha16 evalsha_procs many tls cluster hot0 hotbig cost1000 slots_attempt slots deny deny_off s1_simple noop_simple deny_simple
-	algo_sliding_counter algo_token_bucket fb_many fa_many fb_hot fa_hot pl_many pl_hot upd_many upd_hot fb_steady pl_steady)
+	algo_sliding_counter algo_token_bucket fb_many fa_many fb_hot fa_hot fbb_hot fab_hot pl_many pl_hot upd_many upd_hot fb_steady pl_steady)
 chart_dir=$work/charts
 mkdir -p "$chart_dir"
 chart_err=

@@ -884,8 +884,10 @@ sub token_bucket_over
 # carry reaches Redis with the next call after the commit). Where no store
 # but Redis admitted in a window and Redis lost nothing, that is lim: the
 # bound local batches promise (doc/semantics.md, "Local batches"), checked on
-# every window of Redis alone. Batches are made only while Redis answers; the
-# units of a live batch may be used through a fault, and count as Redis's.
+# every window of Redis alone. A Redis batch is made only while Redis
+# answers, and its units may be used through a fault, counting as Redis's;
+# a fallback batch's units count as its database's fallback store's (its
+# party decided on its own), as every fallback admission's do.
 sub batch_over
 {
 	my ($k, $adm, $losses, $cf) = @_;
@@ -956,11 +958,14 @@ sub fmt_adm
 # them) and the faults' times (run: [kind, f0, f1, a0, a1], Redis running
 # no command in [a0, a1]):
 #
-#  - The fallback store makes no batch and serves none: every admission it
-#    made has an entry of its own, so a ticket, and a reset_at (its entry's
-#    time + win) that no other admission of the key in that database's
-#    fallback store shares (its log keeps its times increasing).
-#  - A batch is reserved only by a Redis that answers. A batch's entry is
+#  - An admission of the fallback store with a ticket has an entry of its
+#    own, with a reset_at (its entry's time + win) that no other admission
+#    of the key in that database's fallback store shares (its log keeps its
+#    times increasing). One without a ticket is a fallback batch's (rule 6
+#    of local_batch.c): its batch is the party's admissions of the key with
+#    no ticket and that reset_at, and it is checked as a Redis batch is,
+#    below, but for the faults: it is made while Redis cannot answer.
+#  - A Redis batch is reserved only by a Redis that answers. A batch's entry is
 #    scored r + d, r being Redis's time when it reserved (the log keeps its
 #    scores increasing, which could only move a score later, and only by a
 #    microsecond per entry written meanwhile: every earlier entry was written
@@ -1000,32 +1005,40 @@ sub batch_rules
 	my @all = map { @$_ } values %$bk;
 	my @away = map { [ $_->[3], $_->[4] ] } grep { defined $_->[3] } @$faults;
 
-	# the fallback store's admissions: an entry of their own each
+	# the fallback store's admissions with a ticket: an entry of their own each
 	my (%entry, @shared);
 	my @fb = grep { $_->{store} eq 'fallback' } @all;
-	for my $a (@fb)
+	for my $a (grep { $_->{ticket} } @fb)
 	{
-		push @shared, $a if !$a->{ticket} || $entry{"$a->{key} $a->{party} $a->{reset}"}++;
+		push @shared, $a if $entry{"$a->{key} $a->{party} $a->{reset}"}++;
 	}
-	ok(!@shared, sprintf('class b: each of the %d fallback admissions has an entry of its own (a ticket and a reset_at of its own), none a batch\'s', scalar @fb))
-	  or diag(join("\n", map { sprintf('  %s %s, reset_at %s, %s: %s', $_->{key}, $_->{party}, $_->{reset}, $_->{ticket} ? 'ticket' : 'no ticket', fmt_adm($_, $t0)) }
+	ok(!@shared, sprintf('class b: each of the %d fallback admissions with a ticket has a reset_at of its own', scalar grep { $_->{ticket} } @fb))
+	  or diag(join("\n", map { sprintf('  %s %s, reset_at %s: %s', $_->{key}, $_->{party}, $_->{reset}, fmt_adm($_, $t0)) }
 		  @shared[0 .. min(9, $#shared)]));
 
-	# the batches: the calls with no ticket that Redis answered, by reset_at
+	# the batches: the calls with no ticket, by store, party (the fallback
+	# store's) and reset_at
 	my %group;
-	push @{ $group{"$_->{key} $_->{reset}"} }, $_ for grep { $_->{store} eq 'redis' && !$_->{ticket} } @all;
+	push @{ $group{"$_->{key} $_->{store} " . ($_->{store} eq 'fallback' ? $_->{party} : '') . " $_->{reset}"} }, $_
+	  for grep { !$_->{ticket} } @all;
 	my (@early, @inside, @late);
-	my ($through, $units_away) = (0, 0);
+	my ($through, $units_away, $fb_batches) = (0, 0, 0);
 	for my $g (values %group)
 	{
+		my $in_fb = $g->[0]{store} eq 'fallback';
 		my $score = $g->[0]{reset} - $cf->{win};
 		my $r = $score - $d;
 		my $first = min(map { $_->{b0} } @$g);
 		my $answered = min(map { $_->{b1} } @$g);
 		push @early, [ $g, $r ] if $r < $first - 0.005 || $r > $answered + 0.005;
-		push @inside, [ $g, $r, $_ ] for grep { $r > $_->[0] + 0.02 && $r < $_->[1] - 0.02 } @away;
 		my $last = max(map { $_->{b0} } @$g);
 		push @late, [ $g, $r, $last - $score ] if $last > $score + 0.005;
+		if ($in_fb)
+		{
+			$fb_batches++;
+			next;
+		}
+		push @inside, [ $g, $r, $_ ] for grep { $r > $_->[0] + 0.02 && $r < $_->[1] - 0.02 } @away;
 		my $n = grep { my $a = $_; grep { $a->{b0} >= $_->[0] && $a->{b1} <= $_->[1] } @away } @$g;
 		$through++ if $n;
 		$units_away += $n;
@@ -1033,20 +1046,21 @@ sub batch_rules
 	my $batches = scalar keys %group;
 	my $fmt = sub {
 		my ($g, $r) = @_;
-		return sprintf("  batch of %s reserved at %+.4f (reset_at %s), its uses:\n    %s", $g->[0]{key}, $r - $t0, $g->[0]{reset},
+		return sprintf("  %s batch of %s reserved at %+.4f (reset_at %s), its uses:\n    %s", $g->[0]{store}, $g->[0]{key}, $r - $t0, $g->[0]{reset},
 			join("\n    ", map { fmt_adm($_, $t0) } sort { $a->{b0} <=> $b->{b0} } @$g));
 	};
 	ok(!@early, "class b: each of the $batches batches was reserved (reset_at - win - d) within the bracket of its first use")
 	  or diag(join("\n", map { $fmt->(@$_) } @early[0 .. min(4, $#early)]));
-	ok(!@inside, "class b: no batch was reserved while Redis ran no command (" . scalar(@away) . ' faults)')
+	ok(!@inside, "class b: no Redis batch was reserved while Redis ran no command (" . scalar(@away) . ' faults)')
 	  or diag(join("\n", map { $fmt->(@$_) . sprintf("\n  Redis ran nothing in [%+.3f, %+.3f]", $_->[2][0] - $t0, $_->[2][1] - $t0) }
 		  @inside[0 .. min(4, $#inside)]));
 	ok(!@late, "class b: every unit of a batch was used before the batch's end (its entry's score)")
 	  or diag(join("\n", map { $fmt->(@$_) . sprintf("\n  a use began %.4f s after the batch's end", $_->[2]) }
 		  @late[0 .. min(4, $#late)]));
-	diag(sprintf('class b, batches and faults: %d batches made, %d of them used while Redis ran nothing (%d units), %d fallback admissions, over %d faults',
-		$batches, $through, $units_away, scalar @fb, scalar @away));
-	for my $case ([ $through, 'no batch was used while Redis ran nothing' ], [ scalar @fb, 'the fallback store made no admission of class b' ])
+	diag(sprintf('class b, batches and faults: %d batches made (%d of them in the fallback store), %d Redis batches used while Redis ran nothing (%d units), %d fallback admissions, over %d faults',
+		$batches, $fb_batches, $through, $units_away, scalar @fb, scalar @away));
+	for my $case ([ $through, 'no batch was used while Redis ran nothing' ], [ scalar @fb, 'the fallback store made no admission of class b' ],
+		[ $fb_batches, 'the fallback store made no batch' ])
 	{
 		next if $case->[0];
 		diag("class b: $case->[1] in this run: the rules for it went unchecked");

@@ -126,15 +126,22 @@ fallback_sweep(int npages)
 void
 fallback_attempt(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o)
 {
+	fallback_attempt_ahead(args, seed, 0, o);
+}
+
+void
+fallback_attempt_ahead(const RlArgs *args, FallbackSeedFn seed, int64 ahead_us,
+					   RlOutcome *o)
+{
 	int64		block_us = fallback_block_left(args);
 
 	o->carry_units = 0;
 	if (block_us > 0 && !args->force)
 		fallback_peek_unblocked(args, seed, o);
 	else if (args->algorithm == ALGO_SLIDING_LOG)
-		fallback_log_attempt(TBL_LOG, args, seed, o);
+		fallback_log_attempt(TBL_LOG, args, seed, ahead_us, o);
 	else if (args->algorithm == ALGO_MULTI_LOG)
-		fallback_log_attempt(TBL_MLOG, args, seed, o);
+		fallback_log_attempt(TBL_MLOG, args, seed, ahead_us, o);
 	else
 		fallback_counter_attempt(args, seed, o);
 	if (block_us > 0)

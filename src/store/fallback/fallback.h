@@ -19,6 +19,17 @@ extern Oid	fallback_relid(const char *relname);
 extern void fallback_init(void);
 
 extern void fallback_attempt(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o);
+
+/*
+ * The same, with a sliding log's row scored ahead_us after its admission
+ * (a local batch's entry, whose units are used until then: switch/
+ * local_batch.c). The row counts from its admission, as every row ahead of
+ * a checking call's clock does, until ahead_us plus the window; a later
+ * admission of the key is scored after it. The counting algorithms take
+ * no ahead_us (it must be 0).
+ */
+extern void fallback_attempt_ahead(const RlArgs *args, FallbackSeedFn seed,
+								   int64 ahead_us, RlOutcome *o);
 extern void fallback_peek(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o);
 extern void fallback_reset(const RlArgs *args);
 /* rl_refund: give back the entry (ts, cost) of args' log; whether it was. */

@@ -407,8 +407,14 @@ collect_key(CarryRel *r, text *key, int16 algo, int64 now, int max, int64 after,
 		}
 		if (slot_algo(r->slot) != algo)
 			continue;
+		/*
+		 * A sliding log's row may be scored ahead of now (a local batch's,
+		 * or one admitted after it): its age is then negative, and Redis
+		 * scores it as far ahead of its own clock (log_import.lua).
+		 */
 		appendStringInfo(&c->entries, "%s.%d.%llx,%lld,%lld,%lld,%lld,%lld;", from, (int) algo,
-						 (unsigned long long) ts, (long long) Max(now - ts, 0),
+						 (unsigned long long) ts,
+						 (long long) (algo == ALGO_SLIDING_LOG ? now - ts : Max(now - ts, 0)),
 						 (long long) cost, (long long) win, (long long) lim,
 						 (long long) (expires - ts));
 		c->tids[c->n++] = r->slot->tts_tid;

@@ -461,7 +461,7 @@ static uint32 head_sweep_clock = 0;
 
 void
 fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
-					 RlOutcome *o)
+					 int64 ahead_us, RlOutcome *o)
 {
 	FbScan		s;
 	FbScan		hs;
@@ -505,7 +505,7 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 		o->reset_at_us = Max(st.newest.ts + st.maxwin, st.w[0].seed_frees);
 		if (o->allowed || args->force)
 		{
-			int64		ts = st.now_after;
+			int64		ts = st.now_after + ahead_us;
 			int64		total = st.newest.found ? st.newest.total : 0;
 
 			if (st.newest.found && ts <= st.newest.ts)

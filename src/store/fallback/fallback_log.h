@@ -9,8 +9,9 @@
 #include "fallback_seed.h"
 #include "fallback_table_int.h"
 
+/* ahead_us: the row is scored that long after its admission (fallback.h) */
 extern void fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed,
-								 RlOutcome *o);
+								 int64 ahead_us, RlOutcome *o);
 extern void fallback_log_peek(FbTableId t, const RlArgs *args, FallbackSeedFn seed,
 							  RlOutcome *o);
 

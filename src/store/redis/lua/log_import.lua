@@ -6,7 +6,10 @@ each: a name no other admission anywhere has (the server, database,
 algorithm and time that admitted it), how long ago it was admitted (us, on
 the clock of the server that admitted it, so that no clock but Redis's
 places it), its units, the window and limit it was admitted under, and how
-long after its time it still counts (see counter_import.lua). Each entry
+long after its time it still counts (see counter_import.lua). An age below
+0 is an entry scored ahead of its server's now (a local batch's, whose units
+are used until then, or one admitted after it), and it is scored as far
+ahead of Redis's now. Each entry
 still inside its window at Redis's now - age and not imported before is
 recorded at that score (or the next free microsecond after it, which can
 only make it expire later), and every newer entry's running total moves up
@@ -22,7 +25,7 @@ local key, lk, ik = KEYS[1], KEYS[2], KEYS[4]
 if ARGV[2] == 'k' then keep = KEYS[2]; bkeep = KEYS[3] end
 local now = clock(ARGV[1])
 local done, dup, old, until_ = 0, 0, 0, 0
-for id, age, cost, win in string.gmatch(ARGV[3], '([^,;]+),(%d+),(%d+),(%d+),%d+,%d+;') do
+for id, age, cost, win in string.gmatch(ARGV[3], '([^,;]+),(-?%d+),(%d+),(%d+),%d+,%d+;') do
   local s = now - tonumber(age)
   cost, win = tonumber(cost), tonumber(win)
   if s <= now - win then old = old + 1

@@ -1,0 +1,165 @@
+# Local batches in the fallback store (rule 6 of src/switch/local_batch.c):
+# while Redis cannot answer, a hot key's calls reserve a batch as one
+# fallback row scored at the batch's end, and this database's backends use
+# its units from shared memory.
+#  1. Exact: with a limit that binds, 8 pgbench clients on one key, no
+#     window of length win holds more than lim bracketed admissions (the
+#     brackets of 074_local_batch: two readings of the clock around the
+#     call, so a window that holds more is a real excess).
+#  2. Fewer rows than admissions when the limit never binds; no row larger
+#     than slidewin.local_batch; the rows' units cover every admission.
+#  3. The row goes with its transaction. A batch reserved in a transaction
+#     that rolls back, or in a subtransaction that rolls back, is freed
+#     with its row: nothing is held, and the next call writes a row again.
+#     A committed batch serves another session of the database without a
+#     row, and none of another database.
+#  4. When Redis answers again, the batch's row is carried into the key's
+#     log scored ahead of Redis's now (its end), not at now: a carried row
+#     scored at now would leave Redis's window up to d before its last
+#     unit's use does.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use SlidewinTest;
+
+my $redis = SlidewinTest::start_redis();
+my $node = SlidewinTest::new_node('fb_batch', $redis,
+	[ "shared_preload_libraries = 'slidewin'", 'max_connections = 30' ]);
+SlidewinTest::bracketed_take($node);
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('other', 'CREATE EXTENSION slidewin');
+
+# Redis goes away for sections 1 to 3: every call fails over at once
+$redis->stop;
+
+sub rows_of
+{
+	my ($k, $db) = @_;
+	return $node->safe_psql($db // 'postgres',
+		"SELECT count(*) || ' ' || coalesce(sum(cost), 0) || ' ' || coalesce(max(cost), 0)"
+		  . " FROM rl_fallback_log WHERE key = 'slidewin:$k'");
+}
+
+# ---------------------------------------------------------------------
+# 1. A limit that binds, in the fallback store
+# ---------------------------------------------------------------------
+{
+	my ($lim, $win) = (40, 0.2);
+	SlidewinTest::pgbench_on_each(<<"EOS", '-c slidewin.local_batch=10 -c slidewin.local_batch_time=30', ['-T', 2], $node);
+\\set s random(1, 20)
+\\sleep :s ms
+SELECT take('hot', $lim, '200 ms');
+EOS
+	my ($max, $n) = SlidewinTest::taken_fullest([$node], 'hot', $win);
+	note("binding limit in the fallback store: $n admitted; fullest window of 200 ms holds $max");
+	cmp_ok($n, '>', 3 * $lim, "the limit bound, and was filled again and again ($n admitted)");
+	cmp_ok($max, '<=', $lim, "no window of 200 ms holds more than $lim admissions ($max)");
+}
+
+# ---------------------------------------------------------------------
+# 2. A limit that never binds: rows per admission
+# ---------------------------------------------------------------------
+{
+	SlidewinTest::pgbench_on_each(<<"EOS", '-c slidewin.local_batch=100 -c slidewin.local_batch_time=20', ['-t', 200], $node);
+SELECT take('free', 1000000000, '1 hour');
+EOS
+	my $adm = $node->safe_psql('postgres', q{SELECT count(*) FROM adm WHERE k = 'free'});
+	my ($rows, $units, $most) = split / /, rows_of('free');
+	note("limit never binds: $adm admissions, $rows fallback rows of $units units, the largest $most");
+	is($adm, 1600, '8 clients x 200 calls, all admitted');
+	cmp_ok($rows, '<', $adm / 2, "far fewer rows than admissions ($rows)");
+	cmp_ok($most, '>', 1, 'the hot key was served from batches');
+	cmp_ok($most, '<=', 100, 'no batch larger than slidewin.local_batch');
+	cmp_ok($units, '>=', $adm, "the rows' units cover every admission ($units)");
+	is($node->safe_psql('postgres', q{SELECT 1000000000 - remaining FROM rl_peek('free', 1000000000, '1 hour')}),
+		$units, 'a peek counts every unit of the rows, used or not');
+}
+
+# ---------------------------------------------------------------------
+# 3. The row goes with its transaction
+# ---------------------------------------------------------------------
+# d is 10 s, so that nothing ends on its own while the section runs. The
+# key warms up in one statement: two calls alone, then a batch of 10 (the
+# setting), its first unit the third call's.
+my $warm = q{SELECT count(*) FROM generate_series(1, 3) g WHERE take('%s', 100 + 0 * g, '1 hour')};
+my $held = q{SELECT rl_batch_held('%s', 100, '1 hour')};
+{
+	my $s = $node->background_psql('postgres');
+	$s->query_safe('SET slidewin.local_batch = 10');
+	$s->query_safe("SET slidewin.local_batch_time = '10s'");
+
+	$s->query_safe('BEGIN');
+	is($s->query_safe(sprintf($warm, 'ab')), '3', 'in a transaction: 3 calls admitted');
+	is($s->query_safe(sprintf($held, 'ab')), '9', '... the third reserved a batch of 10, 9 held');
+	is($s->query_safe(sprintf($warm, 'ab')), '3', '... and 3 more calls use it');
+	is($s->query_safe(sprintf($held, 'ab')), '6', '... 6 held');
+	$s->query_safe('ROLLBACK');
+	is($s->query_safe(sprintf($held, 'ab')), '0', 'rolled back: the batch is gone with its row');
+	is(rows_of('ab'), '0 0 0', '... and no row is left');
+
+	$s->query_safe('BEGIN');
+	$s->query_safe('SAVEPOINT p');
+	is($s->query_safe(sprintf($warm, 'sp')), '3', 'in a subtransaction: 3 calls admitted');
+	is($s->query_safe(sprintf($held, 'sp')), '9', '... a batch of 10 reserved');
+	$s->query_safe('ROLLBACK TO SAVEPOINT p');
+	is($s->query_safe(sprintf($held, 'sp')), '0', 'the subtransaction rolled back: the batch is gone');
+	is($s->query_safe(q{SELECT take('sp', 100, '1 hour')}), 't', 'the next call is admitted');
+	is($s->query_safe(sprintf($held, 'sp')), '9', '... by a batch of its own');
+	$s->query_safe('COMMIT');
+	is(rows_of('sp'), '1 10 10', '... whose row is the only one: it took nothing from the dead batch');
+
+	is($s->query_safe(sprintf($warm, 'ok')), '3', 'committed: 3 calls admitted');
+	is(rows_of('ok'), '3 12 10', '... two rows of one unit, and the batch of 10');
+
+	# another session of the database takes from it without a row; another
+	# database has its own fallback store and does not
+	my $t = $node->background_psql('postgres');
+	$t->query_safe('SET slidewin.local_batch = 10');
+	is($t->query_safe(q{SELECT count(*) FROM generate_series(1, 5) g WHERE rl_allow('ok', 100 + 0 * g, '1 hour')}),
+		'5', 'another session: 5 calls admitted');
+	is($t->query_safe(sprintf($held, 'ok')), '4', '... from the batch: 4 units held');
+	is(rows_of('ok'), '3 12 10', '... and no row written');
+	# the key is hot on the server, so the other database reserves at once
+	is($node->safe_psql('other', q{SET slidewin.local_batch = 10; SET slidewin.local_batch_time = '10s'; SELECT rl_allow('ok', 100, '1 hour')}),
+		't', 'another database: admitted');
+	is(rows_of('ok', 'other'), '1 10 10', '... by a batch of its own, a row of its own store');
+	is($node->safe_psql('other', sprintf($held, 'ok')), '9', '... whose units it sees, and not the 4 of the first');
+	is($t->query_safe(sprintf($held, 'ok')), '4', '... which are as they were');
+	$t->quit;
+	$s->quit;
+}
+
+# ---------------------------------------------------------------------
+# 4. Carried into Redis at its end, ahead of Redis's now
+# ---------------------------------------------------------------------
+{
+	my $s = $node->background_psql('postgres');
+	$s->query_safe('SET slidewin.local_batch = 10');
+	$s->query_safe("SET slidewin.local_batch_time = '10s'");
+	is($s->query_safe(sprintf($warm, 'fut')), '3', 'in the fallback store: a batch of 10, scored 10 s ahead');
+	$s->quit;
+	$redis->restart;
+	# batches off: the call goes to Redis, and carries the key's rows first
+	SlidewinTest::wait_for('Redis answers', sub {
+		$node->safe_psql('postgres', q{SELECT store FROM rl_attempt('fut', 100, '1 hour')}) eq 'redis' }, 20);
+	my ($sec, $usec) = split /\n/, scalar $redis->cli('time');
+	my $now = $sec * 1_000_000 + $usec;
+	my @z = split /\n/, scalar $redis->cli('zrange', 'slidewin:log:fut', '0', '-1', 'withscores');
+	my ($prev, @units) = (0);
+	for (my $i = 0; $i + 1 < @z; $i += 2)
+	{
+		push @units, [ $z[$i] - $prev, $z[ $i + 1 ] - $now ];
+		$prev = $z[$i];
+	}
+	my ($batch) = grep { $_->[0] == 10 } @units;
+	note('the log in Redis, as [units, score less Redis now (us)]: '
+		  . join(' ', map { "[$_->[0], $_->[1]]" } @units));
+	ok($batch, 'the batch of 10 was carried into Redis');
+	cmp_ok($batch ? $batch->[1] : 0, '>', 5_000_000,
+		'... scored at its end, seconds ahead of Redis now');
+}
+
+done_testing();
