@@ -56,3 +56,23 @@ echo "the third, seeing the key called often, takes a batch of up to 100 that li
 echo "The rest counts as used while the batch lives, and goes back to Redis when it ends (a background"
 echo "worker gives it back; a key called once never takes a batch):"
 echo "   at once: $during left of 1000000; 1.3 s later: $after left"
+
+# The same hot key while Redis cannot answer (1.17): this session points at
+# a port where nothing listens, so every call falls back, and a batch is one
+# row of the fallback log instead of one entry in Redis.
+fb() {
+	local k=$1 b=$2
+	sql -c "SET slidewin.redis_url = 'redis://127.0.0.1:1'; SET slidewin.on_redis_error = 'fallback';
+		SET slidewin.local_batch = $b; SET slidewin.local_batch_time = '50ms';
+		SELECT count(*) FILTER (WHERE (r).allowed)
+		  FROM generate_series(1, 2000) g, rl_attempt('$k', 1000000, '1 minute', 1 + 0 * g) r;
+		SELECT count(*) || ' ' || coalesce(sum(cost), 0) FROM rl_fallback_log
+		 WHERE key = current_setting('slidewin.key_prefix') || '$k'" | tail -n 2 | paste -sd ' '
+}
+echo "The same 2,000 calls while Redis cannot answer (policy fallback): a batch is reserved from the"
+echo "fallback store instead, as one row of its log scored at the batch's end, and the database's"
+echo "backends take its units from shared memory once the reserving transaction commits:"
+read -r a rows units < <(fb fallback:off 0)
+echo "   local_batch = 0:   $a admitted, $rows rows written ($units units)"
+read -r a rows units < <(fb fallback:on 100)
+echo "   local_batch = 100: $a admitted, $rows rows written ($units units: what a batch did not use stays counted)"

@@ -103,7 +103,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -119,74 +118,19 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-#include "carry.h"
 #include "local_batch.h"
+#include "local_batch_int.h"
 #include "settings.h"
 #include "scripts.h"
 #include "shmem_parts.h"
 #include "store_redis.h"
 
-#define BATCH_SLOTS 32
-/* room for a log key and its ledger key (a key, its prefix and tags) */
-#define BATCH_KEY_BYTES 2560
 /* how soon the worker tries again a refund Redis could not take */
 #define BATCH_RETRY_MS 100
-/* the demand table: entries, and the silence (in d) after which a key is cold */
-#define DEMAND_SLOTS 1024
+/* the silence (in d) after which a key is cold */
 #define DEMAND_IDLE_TIMES 16
 /* the first call of a run that may reserve (a run: gaps of at most 16 d) */
 #define DEMAND_WARM_CALLS 3
-
-typedef enum SlotState
-{
-	SLOT_FREE = 0,
-	SLOT_LIVE,					/* may be taken from until its deadline */
-	SLOT_ENDING,				/* the worker is giving its rest back */
-	SLOT_PENDING				/* a fallback batch whose row is not committed:
-								 * only its own backend takes from it (rule 6) */
-} SlotState;
-
-typedef struct BatchSlot
-{
-	SlotState	state;
-	uint32		gen;			/* moves each time the slot is freed */
-	Oid			dbid;			/* a fallback batch's database; else InvalidOid */
-	int			owner;			/* PENDING: the pid of the backend that reserved */
-	uint32		hash;			/* of the log key, lim, win and target */
-	uint32		target;			/* hash of slidewin.redis_url */
-	int64		lim;
-	int64		win_us;
-	int64		deadline;		/* sent + d, on the monotonic clock (us) */
-	int64		score;			/* the entry's score in the log (r + d) */
-	int64		taken;			/* the entry's units */
-	int64		left;			/* units not used yet */
-	/* what Redis answered the reserve, for the calls served from it */
-	int64		remaining;
-	int64		reset_at_us;
-	int64		next_us;
-	int			loglen;
-	int			ledgerlen;
-	char		keys[BATCH_KEY_BYTES];	/* the log key, then the ledger key */
-} BatchSlot;
-
-/* One key's recent calls on this server (rule 5). */
-typedef struct DemandEntry
-{
-	uint32		hash;			/* the key's slot hash (batch_key) */
-	uint32		calls;			/* calls in the current run, 0: unused */
-	uint64		check;			/* a second hash of the log key */
-	int64		last_us;		/* the last call, on the monotonic clock */
-	int64		gap_us;			/* moving average of the gaps between calls */
-} DemandEntry;
-
-typedef struct BatchShared
-{
-	LWLock	   *lock;
-	Latch	   *worker_latch;	/* under lock; NULL until the worker runs */
-	char		server[17];		/* this server's name in waiting marks */
-	BatchSlot	slots[BATCH_SLOTS];
-	DemandEntry demand[DEMAND_SLOTS];
-} BatchShared;
 
 /*
  * The size local_batch_take chose for the reserve that follows it in the
@@ -194,37 +138,26 @@ typedef struct BatchShared
  */
 static int64 reserve_want = 0;
 
-/* The same for a reserve in the fallback store (local_batch_reserve_fallback). */
-static int64 fallback_want = 0;
-
-/*
- * This backend's fallback batches whose rows its transaction has not
- * committed yet (rule 6): the slot, its generation then, and the
- * subtransaction that reserved it.
- */
-#define MY_PENDING 8
-static struct
-{
-	int			slot;
-	uint32		gen;
-	SubTransactionId subid;
-}			my_pending[MY_PENDING];
-static int	n_my_pending = 0;
-static bool xact_callbacks_set = false;
+/* The same for a reserve in the fallback store (local_batch_fallback.c). */
+int64		local_batch_fallback_want = 0;
 
 static BatchShared *shared = NULL;
 
-/* Free a slot (under the exclusive lock): a pending reserve no longer owns it. */
-static void
-slot_free(BatchSlot *s)
+BatchShared *
+local_batch_table(void)
+{
+	return shared;
+}
+
+void
+local_batch_slot_free(BatchSlot *s)
 {
 	s->state = SLOT_FREE;
 	s->gen++;
 }
 
-/* The clock deadlines are kept on, in microseconds. */
-static int64
-mono_us(void)
+int64
+local_batch_mono_us(void)
 {
 	struct timespec ts;
 
@@ -306,20 +239,8 @@ local_batch_applies(const RlArgs *args)
 		!limit_test_clock(&now);
 }
 
-/* The batch's keys of args (palloc'd), and the hash a slot is found by. */
-typedef struct BatchKey
-{
-	char	   *log;
-	char	   *ledger;
-	int			loglen;
-	int			ledgerlen;
-	uint32		target;
-	uint32		hash;
-	uint64		check;			/* a second hash, for the demand table */
-} BatchKey;
-
-static void
-batch_key(const RlArgs *args, BatchKey *k)
+void
+local_batch_key(const RlArgs *args, BatchKey *k)
 {
 	uint32		h;
 
@@ -413,17 +334,17 @@ local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve)
 	int64		now;
 	int64		want;
 
-	batch_key(args, &k);
+	local_batch_key(args, &k);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	/* rule 1: the clock is read in the hold that takes the units */
-	now = mono_us();
+	now = local_batch_mono_us();
 	want = demand_note(args, &k, now, d_us);
 	for (int i = 0; i < BATCH_SLOTS && !done; i++)
 	{
 		BatchSlot  *s = &shared->slots[i];
 
 		if (s->dbid != InvalidOid && s->state != SLOT_FREE && now >= s->deadline)
-			slot_free(s);		/* a fallback batch ends with nothing to give back */
+			local_batch_slot_free(s);		/* a fallback batch ends with nothing to give back */
 		if (s->state == SLOT_FREE)
 			room = true;
 		if (!(s->state == SLOT_LIVE ||
@@ -445,7 +366,7 @@ local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve)
 	 * Redis alone, rather than reserve a batch only to give it back.
 	 */
 	reserve_want = (done || !room) ? 0 : want;
-	fallback_want = reserve_want;
+	local_batch_fallback_want = reserve_want;
 	*reserve = reserve_want > 0;
 	return done;
 }
@@ -479,7 +400,7 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 		return redis_store_attempt(args, o, r);
 
 	/* rule 1: taken before the request leaves, so never after Redis's r */
-	sent = mono_us();
+	sent = local_batch_mono_us();
 	if (!redis_store_batch_attempt(args, want, d_us, shared->server, o, &taken, r))
 		return false;
 	/* the call's own entry is the batch's: no ticket, no refund on abort */
@@ -488,7 +409,7 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	if (taken <= args->cost)
 		return true;
 
-	batch_key(args, &k);
+	local_batch_key(args, &k);
 	if (k.loglen + k.ledgerlen <= BATCH_KEY_BYTES)
 	{
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
@@ -542,155 +463,6 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	return true;
 }
 
-/*
- * The end of the transaction, or of a subtransaction, that reserved
- * fallback batches (rule 6): at commit they may be taken from by every
- * backend of the database; at an abort, or at PREPARE, nobody takes from
- * them again. A slot freed meanwhile (its deadline passed, by another
- * process) has moved on to another generation and is left alone.
- */
-static void
-pending_end(bool live, SubTransactionId from)
-{
-	int			kept = 0;
-
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < n_my_pending; i++)
-	{
-		BatchSlot  *s = &shared->slots[my_pending[i].slot];
-
-		if (my_pending[i].subid < from)
-		{
-			my_pending[kept++] = my_pending[i];
-			continue;
-		}
-		if (s->state != SLOT_PENDING || s->gen != my_pending[i].gen)
-			continue;
-		if (live)
-		{
-			s->state = SLOT_LIVE;
-			s->owner = 0;
-		}
-		else
-			slot_free(s);
-	}
-	LWLockRelease(shared->lock);
-	n_my_pending = kept;
-}
-
-static void
-pending_xact_callback(XactEvent event, void *arg)
-{
-	if (n_my_pending == 0)
-		return;
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			pending_end(true, InvalidSubTransactionId);
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			pending_end(false, InvalidSubTransactionId);
-			break;
-		default:
-			break;
-	}
-}
-
-/*
- * A subtransaction that aborts takes with it the rows of the batches that
- * it, or a subtransaction inside it, reserved: those began after it, so
- * their ids are at least its own.
- */
-static void
-pending_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						 SubTransactionId parentSubid, void *arg)
-{
-	if (n_my_pending > 0 && event == SUBXACT_EVENT_ABORT_SUB)
-		pending_end(false, mySubid);
-}
-
-void
-local_batch_reserve_fallback(const RlArgs *args, RlOutcome *o)
-{
-	int64		want = fallback_want;
-	int64		d_us = (int64) slidewin_local_batch_time * 1000;
-	int64		sent;
-	RlArgs		batch = *args;
-	BatchKey	k;
-	int			free_slot = -1;
-
-	fallback_want = 0;
-	want = Min(want, Min((int64) slidewin_local_batch, args->lim));
-	if (want <= args->cost || n_my_pending == MY_PENDING)
-	{
-		outage_fallback_attempt(args, o);
-		return;
-	}
-
-	/* rule 1: read before the store reads its clock, so before any use */
-	sent = mono_us();
-	batch.cost = want;
-	outage_fallback_reserve(&batch, d_us, o);
-	if (!o->allowed)
-	{
-		/* rule 6: the call alone, as without batches (nothing was written) */
-		outage_fallback_attempt(args, o);
-		return;
-	}
-	/* the call's row is the batch's: no ticket (its abort takes the row) */
-	o->entry_ts = -1;
-	o->recorded_ts = -1;
-
-	if (!xact_callbacks_set)
-	{
-		RegisterXactCallback(pending_xact_callback, NULL);
-		RegisterSubXactCallback(pending_subxact_callback, NULL);
-		xact_callbacks_set = true;
-	}
-	batch_key(args, &k);
-	if (k.loglen + k.ledgerlen <= BATCH_KEY_BYTES)
-	{
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		for (int i = 0; i < BATCH_SLOTS && free_slot < 0; i++)
-			if (shared->slots[i].state == SLOT_FREE)
-				free_slot = i;
-		if (free_slot >= 0)
-		{
-			BatchSlot  *s = &shared->slots[free_slot];
-
-			s->dbid = MyDatabaseId;
-			s->owner = MyProcPid;
-			s->hash = k.hash;
-			s->target = k.target;
-			s->lim = args->lim;
-			s->win_us = args->win_us;
-			s->deadline = sent + d_us;
-			s->score = o->reset_at_us - args->win_us;
-			s->taken = want;
-			s->left = want - args->cost;
-			s->remaining = o->remaining;
-			s->reset_at_us = o->reset_at_us;
-			s->next_us = o->next_us;
-			s->loglen = k.loglen;
-			s->ledgerlen = k.ledgerlen;
-			memcpy(s->keys, k.log, k.loglen);
-			memcpy(s->keys + k.loglen, k.ledger, k.ledgerlen);
-			s->state = SLOT_PENDING;
-			my_pending[n_my_pending].slot = free_slot;
-			my_pending[n_my_pending].gen = s->gen;
-			my_pending[n_my_pending].subid = GetCurrentSubTransactionId();
-			n_my_pending++;
-		}
-		LWLockRelease(shared->lock);
-	}
-	/* with nowhere to keep it, the rest stays counted, unused (rule 6) */
-	pfree(k.log);
-	pfree(k.ledger);
-}
-
 int64
 local_batch_held(const RlArgs *args)
 {
@@ -699,7 +471,7 @@ local_batch_held(const RlArgs *args)
 
 	if (shared == NULL)
 		return 0;
-	batch_key(args, &k);
+	local_batch_key(args, &k);
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (int i = 0; i < BATCH_SLOTS; i++)
 	{
@@ -752,7 +524,7 @@ local_batch_end_key(const RlArgs *args)
 static long
 end_batches(void)
 {
-	int64		now = mono_us();
+	int64		now = local_batch_mono_us();
 	int64		next = 0;
 	uint32		target = target_hash();
 
@@ -765,7 +537,7 @@ end_batches(void)
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 		/* a fallback batch has nothing to give back (rule 6) */
 		if (s->dbid != InvalidOid && s->state != SLOT_FREE && now >= s->deadline)
-			slot_free(s);
+			local_batch_slot_free(s);
 		if (s->state == SLOT_LIVE && now >= s->deadline)
 			s->state = SLOT_ENDING;
 		if (s->state == SLOT_ENDING)
@@ -788,7 +560,7 @@ end_batches(void)
 						   copy.win_us))
 		{
 			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-			slot_free(s);
+			local_batch_slot_free(s);
 			LWLockRelease(shared->lock);
 		}
 		else
@@ -818,7 +590,7 @@ end_batches(void)
 	LWLockRelease(shared->lock);
 	if (next == 0)
 		return -1;
-	now = mono_us();
+	now = local_batch_mono_us();
 	return next > now ? (long) ((next - now + 999) / 1000) : 0;
 }
 

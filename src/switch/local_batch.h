@@ -31,15 +31,6 @@ extern bool local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve);
 extern bool local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r);
 
 /*
- * The fallback store's reserve (rule 6 of local_batch.c), in place of
- * outage_fallback_attempt after local_batch_take asked for a reserve and
- * Redis could not answer: the batch's units admitted as one row scored
- * at its end, kept for this database's backends once the transaction
- * commits; denied, the call alone.
- */
-extern void local_batch_reserve_fallback(const RlArgs *args, RlOutcome *o);
-
-/*
  * rl_reset and rl_block: this server's live batches of the key end now,
  * their unused units given back by the worker.
  */

@@ -24,6 +24,7 @@
 #include "fallback.h"
 #include "fallback_all.h"
 #include "local_batch.h"
+#include "local_batch_fallback.h"
 #include "misconf.h"
 #include "outage.h"
 #include "outage_log.h"

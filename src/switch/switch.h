@@ -23,7 +23,8 @@
  *	local_batch.c	local batches of a hot sliding_log key: units reserved
  *					from Redis (or, while it cannot answer, from the
  *					fallback store) at once, used from shared memory, a
- *					Redis batch's rest given back by a worker when it ends;
+ *					Redis batch's rest given back by a worker when it ends
+ *					(local_batch_fallback.c: the fallback store's batches);
  *	refund.c and its companions: refunds and releases sent at transaction
  *					end, whichever store recorded the entry.
  *
@@ -96,6 +97,7 @@
 #include "carry.h"
 #include "deny_cache.h"
 #include "local_batch.h"
+#include "local_batch_fallback.h"
 #include "outage.h"
 #include "outage_log.h"
 #include "policy.h"

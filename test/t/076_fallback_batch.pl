@@ -12,7 +12,8 @@
 #     that rolls back, or in a subtransaction that rolls back, is freed
 #     with its row: nothing is held, and the next call writes a row again.
 #     A committed batch serves another session of the database without a
-#     row, and none of another database.
+#     row, and none of another database. One transaction goes on reserving
+#     as it uses batches up.
 #  4. When Redis answers again, the batch's row is carried into the key's
 #     log scored ahead of Redis's now (its end), not at now: a carried row
 #     scored at now would leave Redis's window up to d before its last
@@ -129,6 +130,15 @@ my $held = q{SELECT rl_batch_held('%s', 100, '1 hour')};
 	is($node->safe_psql('other', sprintf($held, 'ok')), '9', '... whose units it sees, and not the 4 of the first');
 	is($t->query_safe(sprintf($held, 'ok')), '4', '... which are as they were');
 	$t->quit;
+
+	# one transaction that uses up batch after batch: a used-up batch is
+	# forgotten at once, so the transaction goes on reserving (a backend
+	# keeps at most 8 batches pending)
+	is($s->query_safe(q{SELECT count(*) FROM generate_series(1, 500) g WHERE rl_allow('loop', 1000 + 0 * g, '1 hour')}),
+		'500', 'one statement of 500 calls: all admitted');
+	my ($rows, $units) = split / /, rows_of('loop');
+	note("500 calls in one transaction: $rows rows of $units units");
+	cmp_ok($rows, '<=', 60, "... from batch after batch of 10: $rows rows, not one a call past the 8th batch");
 	$s->quit;
 }
 
