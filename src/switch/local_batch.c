@@ -391,7 +391,6 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	int64		sent;
 	int64		taken;
 	BatchKey	k;
-	int			free_slot = -1;
 	Latch	   *wake = NULL;
 
 	reserve_want = 0;
@@ -418,33 +417,9 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 		 * Kept only while a worker runs to give its rest back (rule 2); else
 		 * it is given back below at once, and must then not be taken from.
 		 */
-		for (int i = 0; i < BATCH_SLOTS && free_slot < 0 && shared->worker_latch; i++)
-			if (shared->slots[i].state == SLOT_FREE)
-				free_slot = i;
-		if (free_slot >= 0)
-		{
-			BatchSlot  *s = &shared->slots[free_slot];
-
-			s->dbid = InvalidOid;
-			s->owner = 0;
-			s->hash = k.hash;
-			s->target = k.target;
-			s->lim = args->lim;
-			s->win_us = args->win_us;
-			s->deadline = sent + d_us;
-			s->score = o->reset_at_us - args->win_us;
-			s->taken = taken;
-			s->left = taken - args->cost;
-			s->remaining = o->remaining;
-			s->reset_at_us = o->reset_at_us;
-			s->next_us = o->next_us;
-			s->loglen = k.loglen;
-			s->ledgerlen = k.ledgerlen;
-			memcpy(s->keys, k.log, k.loglen);
-			memcpy(s->keys + k.loglen, k.ledger, k.ledgerlen);
-			s->state = SLOT_LIVE;
+		if (shared->worker_latch &&
+			local_batch_keep(args, &k, sent + d_us, taken, o, InvalidOid, SLOT_LIVE) >= 0)
 			wake = shared->worker_latch;
-		}
 		LWLockRelease(shared->lock);
 	}
 	if (wake)
@@ -461,6 +436,39 @@ local_batch_reserve(const RlArgs *args, RlOutcome *o, RedisResult *r)
 	pfree(k.log);
 	pfree(k.ledger);
 	return true;
+}
+
+int
+local_batch_keep(const RlArgs *args, const BatchKey *k, int64 deadline, int64 taken,
+				 const RlOutcome *o, Oid dbid, SlotState state)
+{
+	for (int i = 0; i < BATCH_SLOTS; i++)
+	{
+		BatchSlot  *s = &shared->slots[i];
+
+		if (s->state != SLOT_FREE)
+			continue;
+		s->dbid = dbid;
+		s->owner = state == SLOT_PENDING ? MyProcPid : 0;
+		s->hash = k->hash;
+		s->target = k->target;
+		s->lim = args->lim;
+		s->win_us = args->win_us;
+		s->deadline = deadline;
+		s->score = o->reset_at_us - args->win_us;
+		s->taken = taken;
+		s->left = taken - args->cost;
+		s->remaining = o->remaining;
+		s->reset_at_us = o->reset_at_us;
+		s->next_us = o->next_us;
+		s->loglen = k->loglen;
+		s->ledgerlen = k->ledgerlen;
+		memcpy(s->keys, k->log, k->loglen);
+		memcpy(s->keys + k->loglen, k->ledger, k->ledgerlen);
+		s->state = state;
+		return i;
+	}
+	return -1;
 }
 
 int64

@@ -194,33 +194,12 @@ local_batch_reserve_fallback(const RlArgs *args, RlOutcome *o)
 	if (k.loglen + k.ledgerlen <= BATCH_KEY_BYTES)
 	{
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		for (int i = 0; i < BATCH_SLOTS && free_slot < 0; i++)
-			if (shared->slots[i].state == SLOT_FREE)
-				free_slot = i;
+		free_slot = local_batch_keep(args, &k, sent + d_us, want, o, MyDatabaseId,
+									 SLOT_PENDING);
 		if (free_slot >= 0)
 		{
-			BatchSlot  *s = &shared->slots[free_slot];
-
-			s->dbid = MyDatabaseId;
-			s->owner = MyProcPid;
-			s->hash = k.hash;
-			s->target = k.target;
-			s->lim = args->lim;
-			s->win_us = args->win_us;
-			s->deadline = sent + d_us;
-			s->score = o->reset_at_us - args->win_us;
-			s->taken = want;
-			s->left = want - args->cost;
-			s->remaining = o->remaining;
-			s->reset_at_us = o->reset_at_us;
-			s->next_us = o->next_us;
-			s->loglen = k.loglen;
-			s->ledgerlen = k.ledgerlen;
-			memcpy(s->keys, k.log, k.loglen);
-			memcpy(s->keys + k.loglen, k.ledger, k.ledgerlen);
-			s->state = SLOT_PENDING;
 			my_pending[n_my_pending].slot = free_slot;
-			my_pending[n_my_pending].gen = s->gen;
+			my_pending[n_my_pending].gen = shared->slots[free_slot].gen;
 			my_pending[n_my_pending].subid = GetCurrentSubTransactionId();
 			n_my_pending++;
 		}

@@ -95,6 +95,16 @@ extern int64 local_batch_mono_us(void);
 extern void local_batch_key(const RlArgs *args, BatchKey *k);
 
 /*
+ * Under the table's exclusive lock: keep a batch of `taken` units in a free
+ * slot, in state (SLOT_LIVE, or SLOT_PENDING for the calling backend), the
+ * calling call's cost used, with o the reserve's outcome and dbid its
+ * fallback store's database (InvalidOid: Redis's). The slot's index, or -1
+ * when none is free.
+ */
+extern int	local_batch_keep(const RlArgs *args, const BatchKey *k, int64 deadline,
+							 int64 taken, const RlOutcome *o, Oid dbid, SlotState state);
+
+/*
  * The size local_batch_take chose, for a reserve in the fallback store
  * that follows it in the same call (local_batch_reserve_fallback).
  */
