@@ -211,7 +211,7 @@ BEGIN
   DROP TABLE updated;
 END $$;
 SET client_min_messages = warning;
-SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10', '1.11', '1.12', '1.13', '1.14', '1.15', '1.16']) AS v,
+SELECT u.* FROM unnest(ARRAY['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10', '1.11', '1.12', '1.13', '1.14', '1.15', '1.16', '1.17']) AS v,
        LATERAL pg_temp.update_from(v) AS u;
 RESET client_min_messages;
 -- 1.13 dropped the carry table's index on expires: updated from 1.13 just

@@ -83,10 +83,15 @@
  *	   only by that backend, whose units go with the row if it aborts; at
  *	   commit it becomes SLOT_LIVE, and an abort of the transaction, or of
  *	   the subtransaction that reserved, frees it. A prepared transaction's
- *	   batch is freed at PREPARE: its units stay counted, unused. Nothing is
- *	   given back: the units a fallback batch did not use stay counted until
- *	   its row leaves the window (a denial, never an admission), and the
- *	   slot is freed at its deadline by whichever process sees it first.
+ *	   batch is freed at PREPARE: its units stay counted, unused. The rest
+ *	   of a committed batch goes back (1.18) by the next call of its key in
+ *	   its database after the deadline and before give_until (4 d later):
+ *	   that call frees the slot in the hold that checks deadlines, so no
+ *	   unit is taken after, and refunds the rest of the batch's row in its
+ *	   own transaction (local_batch_fallback.c). Otherwise the rest stays
+ *	   counted until the row leaves the window (a denial, never an
+ *	   admission), and the slot is freed at give_until by whichever
+ *	   process sees it first.
  *	   A fallback reserve is all or nothing: denied, the call is decided
  *	   alone, as it would be without batches.
  *
@@ -140,6 +145,9 @@ static int64 reserve_want = 0;
 
 /* The same for a reserve in the fallback store (local_batch_fallback.c). */
 int64		local_batch_fallback_want = 0;
+
+/* What local_batch_take took out of an ended fallback batch, to give back. */
+FallbackRest local_batch_fallback_rest;
 
 static BatchShared *shared = NULL;
 
@@ -324,6 +332,31 @@ demand_note(const RlArgs *args, const BatchKey *k, int64 now, int64 d_us)
 	return want > args->cost ? want : 0;
 }
 
+/*
+ * Slot s (under the exclusive lock) is a fallback batch past its deadline.
+ * A committed one with units left waits until give_until for a call of its
+ * key in its database (matches): that call frees it, in this hold, so no
+ * unit is taken after, and keeps its rest in local_batch_fallback_rest for
+ * local_batch_give_back_fallback (rule 6). Any other is freed. Whether the
+ * rest was taken.
+ */
+static bool
+fallback_ended(BatchSlot *s, int64 now, bool matches)
+{
+	if (s->state == SLOT_LIVE && s->left > 0 && now < s->give_until)
+	{
+		if (!matches || s->dbid != MyDatabaseId)
+			return false;		/* left for a call of its key */
+		local_batch_fallback_rest.ts = s->score;
+		local_batch_fallback_rest.taken = s->taken;
+		local_batch_fallback_rest.left = s->left;
+		local_batch_slot_free(s);
+		return true;
+	}
+	local_batch_slot_free(s);
+	return false;
+}
+
 bool
 local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve)
 {
@@ -333,7 +366,9 @@ local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve)
 	int64		d_us = (int64) slidewin_local_batch_time * 1000;
 	int64		now;
 	int64		want;
+	bool		give = false;
 
+	local_batch_fallback_rest.left = 0;
 	local_batch_key(args, &k);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	/* rule 1: the clock is read in the hold that takes the units */
@@ -343,8 +378,10 @@ local_batch_take(const RlArgs *args, RlOutcome *o, bool *reserve)
 	{
 		BatchSlot  *s = &shared->slots[i];
 
-		if (s->dbid != InvalidOid && s->state != SLOT_FREE && now >= s->deadline)
-			local_batch_slot_free(s);		/* a fallback batch ends with nothing to give back */
+		/* a fallback batch that ended: this call may give its rest back */
+		if (s->dbid != InvalidOid && s->state != SLOT_FREE && now >= s->deadline &&
+			fallback_ended(s, now, !give && slot_matches(s, args, &k)))
+			give = true;
 		if (s->state == SLOT_FREE)
 			room = true;
 		if (!(s->state == SLOT_LIVE ||
@@ -515,7 +552,7 @@ local_batch_end_key(const RlArgs *args)
 
 		if ((s->state == SLOT_LIVE || s->state == SLOT_PENDING) &&
 			s->loglen == loglen && memcmp(s->keys, log, loglen) == 0)
-			s->deadline = 0;
+			s->deadline = s->give_until = 0;
 	}
 	wake = shared->worker_latch;
 	LWLockRelease(shared->lock);
@@ -543,10 +580,10 @@ end_batches(void)
 		bool		ending = false;
 
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		/* a fallback batch has nothing to give back (rule 6) */
+		/* a fallback batch's rest goes back by a call of its key (rule 6) */
 		if (s->dbid != InvalidOid && s->state != SLOT_FREE && now >= s->deadline)
-			local_batch_slot_free(s);
-		if (s->state == SLOT_LIVE && now >= s->deadline)
+			(void) fallback_ended(s, now, false);
+		else if (s->state == SLOT_LIVE && now >= s->deadline)
 			s->state = SLOT_ENDING;
 		if (s->state == SLOT_ENDING)
 		{
@@ -591,9 +628,14 @@ end_batches(void)
 	{
 		BatchSlot  *s = &shared->slots[i];
 
+		int64		at = s->deadline;
+
+		/* an ended fallback batch waits for a call of its key until then */
+		if (s->dbid != InvalidOid && s->state == SLOT_LIVE && now >= s->deadline)
+			at = s->give_until;
 		if ((s->state == SLOT_LIVE || s->state == SLOT_PENDING) &&
-			(next == 0 || s->deadline < next))
-			next = s->deadline;
+			(next == 0 || at < next))
+			next = at;
 	}
 	LWLockRelease(shared->lock);
 	if (next == 0)

@@ -15,18 +15,35 @@
  * at the abort of the subtransaction that reserved it, it is freed. A slot
  * remembers its generation, which moves each time a slot is freed, so that
  * a transaction's end never touches a slot that its deadline freed and
- * another batch took meanwhile. Nothing is given back: a fallback batch's
- * slot is freed at its deadline by whichever process sees it first.
+ * another batch took meanwhile.
+ *
+ * What a committed batch did not use goes back by the next call of its key
+ * in its database after its deadline, within GIVE_TIMES * d of it: that
+ * call frees the slot, in the same hold of the table's lock in which takes
+ * check the deadline (so no unit is taken after it), and gives the rest back
+ * in its own transaction, as a partial refund of the batch's row
+ * (fallback_refund_part). Then the row counts the units that were used, all
+ * before its time. The give-back runs in a subtransaction: if it fails, or
+ * the call's transaction aborts, the units stay counted until the row
+ * leaves the window, as they did before 1.18 (a denial, never an
+ * admission). A batch whose key is not called in time, or that a
+ * prepared transaction reserved, gives nothing back; its slot is freed by
+ * whichever process sees it first.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/lwlock.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 
 #include "carry.h"
+#include "deny_cache.h"
+#include "fallback.h"
 #include "local_batch_fallback.h"
 #include "local_batch_int.h"
 #include "settings.h"
@@ -45,6 +62,11 @@ static struct
 }			my_pending[MY_PENDING];
 static int	n_my_pending = 0;
 static bool xact_callbacks_set = false;
+
+/* how long after its deadline an ended batch waits for a call of its key, in d */
+#define GIVE_TIMES 4
+/* and at least (us) */
+#define GIVE_MIN_US 100000
 
 
 /*
@@ -156,6 +178,7 @@ local_batch_reserve_fallback(const RlArgs *args, RlOutcome *o)
 	int64		want = local_batch_fallback_want;
 	int64		d_us = (int64) slidewin_local_batch_time * 1000;
 	int64		sent;
+	int64		row_ts;
 	RlArgs		batch = *args;
 	BatchKey	k;
 	int			free_slot = -1;
@@ -181,6 +204,7 @@ local_batch_reserve_fallback(const RlArgs *args, RlOutcome *o)
 		return;
 	}
 	/* the call's row is the batch's: no ticket (its abort takes the row) */
+	row_ts = o->entry_ts;
 	o->entry_ts = -1;
 	o->recorded_ts = -1;
 
@@ -198,6 +222,10 @@ local_batch_reserve_fallback(const RlArgs *args, RlOutcome *o)
 									 SLOT_PENDING);
 		if (free_slot >= 0)
 		{
+			BatchSlot  *s = &shared->slots[free_slot];
+
+			s->score = row_ts;
+			s->give_until = s->deadline + Max(GIVE_TIMES * d_us, GIVE_MIN_US);
 			my_pending[n_my_pending].slot = free_slot;
 			my_pending[n_my_pending].gen = shared->slots[free_slot].gen;
 			my_pending[n_my_pending].subid = GetCurrentSubTransactionId();
@@ -208,4 +236,59 @@ local_batch_reserve_fallback(const RlArgs *args, RlOutcome *o)
 	/* with nowhere to keep it, the rest stays counted, unused (rule 6) */
 	pfree(k.log);
 	pfree(k.ledger);
+}
+
+/*
+ * Give the rest of an ended fallback batch of args' key back, in this
+ * call's transaction (see the header), if local_batch_take took one out. An error on the way is this
+ * function's alone: the units stay counted and the call goes on, unless it
+ * is a cancel or a shutdown, which goes on up.
+ */
+void
+local_batch_give_back_fallback(const RlArgs *args)
+{
+	FallbackRest rest = local_batch_fallback_rest;
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	RlArgs		key = *args;
+	bool		carried;
+	volatile bool given = false;
+
+	if (rest.left == 0)
+		return;
+	local_batch_fallback_rest.left = 0;
+	if (RecoveryInProgress() || !IsTransactionState())
+		return;
+	key.algorithm = ALGO_SLIDING_LOG;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		given = fallback_refund_part(&key, rest.ts, rest.taken, rest.left, key.win_us,
+									 &carried);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e;
+
+		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
+			ReThrowError(e);
+		ereport(DEBUG1,
+				(errmsg_internal("slidewin: an ended local batch's rest was not given back: %s",
+								 e->message)));
+		FreeErrorData(e);
+	}
+	PG_END_TRY();
+	/* units given back: a denial the deny cache keeps may be out of date */
+	if (given)
+		deny_cache_invalidate(deny_cache_key_hash(args->key, args->keylen));
 }

@@ -16,4 +16,11 @@
  */
 extern void local_batch_reserve_fallback(const RlArgs *args, RlOutcome *o);
 
+/*
+ * Right after local_batch_take, whatever it answered: if it ended a
+ * fallback batch of args' key that had units left, give them back in this
+ * transaction (rule 6).
+ */
+extern void local_batch_give_back_fallback(const RlArgs *args);
+
 #endif							/* SLIDEWIN_LOCAL_BATCH_FALLBACK_H */

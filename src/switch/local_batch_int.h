@@ -38,7 +38,10 @@ typedef struct BatchSlot
 	int64		lim;
 	int64		win_us;
 	int64		deadline;		/* sent + d, on the monotonic clock (us) */
-	int64		score;			/* the entry's score in the log (r + d) */
+	int64		give_until;		/* a fallback batch: its key's calls may give
+								 * its rest back until then (rule 6) */
+	int64		score;			/* the entry's score in the log (r + d); a
+								 * fallback batch's: its row's time */
 	int64		taken;			/* the entry's units */
 	int64		left;			/* units not used yet */
 	/* what Redis answered the reserve, for the calls served from it */
@@ -109,5 +112,19 @@ extern int	local_batch_keep(const RlArgs *args, const BatchKey *k, int64 deadlin
  * that follows it in the same call (local_batch_reserve_fallback).
  */
 extern int64 local_batch_fallback_want;
+
+/*
+ * What an ended fallback batch did not use, taken out of its slot by a call
+ * of its key (local_batch_take) for local_batch_give_back_fallback to give
+ * back in that call's transaction; left is 0 when there is none.
+ */
+typedef struct FallbackRest
+{
+	int64		ts;				/* the batch's row */
+	int64		taken;			/* its units */
+	int64		left;			/* those not used: to give back */
+} FallbackRest;
+
+extern FallbackRest local_batch_fallback_rest;
 
 #endif							/* SLIDEWIN_LOCAL_BATCH_INT_H */

@@ -178,8 +178,11 @@ policy_run(int policy, const RlArgs *args, RlOutcome *o,
 	if (redis_op == redis_store_attempt && local_batch_applies(args))
 	{
 		bool		reserve;
+		bool		served = local_batch_take(args, o, &reserve);
 
-		if (local_batch_take(args, o, &reserve))
+		/* an ended fallback batch of the key gives its rest back (rule 6) */
+		local_batch_give_back_fallback(args);
+		if (served)
 			return;
 		if (reserve)
 			redis_op = local_batch_reserve;

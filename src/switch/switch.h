@@ -24,7 +24,8 @@
  *					from Redis (or, while it cannot answer, from the
  *					fallback store) at once, used from shared memory, a
  *					Redis batch's rest given back by a worker when it ends
- *					(local_batch_fallback.c: the fallback store's batches);
+ *					(local_batch_fallback.c: the fallback store's batches,
+ *					whose rest the key's next call gives back);
  *	refund.c and its companions: refunds and releases sent at transaction
  *					end, whichever store recorded the entry.
  *
@@ -82,7 +83,9 @@
  *	   as any row is (rule 4), scored as far ahead of Redis's clock as it
  *	   was of the fallback store's, so Redis counts its units as long as
  *	   they may be used; it serves only its own database, and only once its
- *	   transaction has committed. A call served from a batch records nothing
+ *	   transaction has committed; its rest goes back to the fallback store
+ *	   alone, with the key's next call there; Redis, when it learns of the
+ *	   row, counts the whole batch (an over-count, unlike rule 5's refunds). A call served from a batch records nothing
  *	   of its own and is not remembered in the outage memory, whose last
  *	   answer from Redis already counts a Redis batch whole.
  *

@@ -14,7 +14,12 @@
 #     A committed batch serves another session of the database without a
 #     row, and none of another database. One transaction goes on reserving
 #     as it uses batches up.
-#  4. When Redis answers again, the batch's row is carried into the key's
+#  4. What an ended batch did not use goes back: the next call of its key
+#     in its database, after the batch's deadline and within 4 d of it,
+#     gives the rest back as a partial refund of the batch's row, in its own
+#     transaction (so not at all if that rolls back); after that time, or
+#     once given, nothing more is.
+#  5. When Redis answers again, the batch's row is carried into the key's
 #     log scored ahead of Redis's now (its end), not at now: a carried row
 #     scored at now would leave Redis's window up to d before its last
 #     unit's use does.
@@ -143,7 +148,54 @@ my $held = q{SELECT rl_batch_held('%s', 100, '1 hour')};
 }
 
 # ---------------------------------------------------------------------
-# 4. Carried into Redis at its end, ahead of Redis's now
+# 4. An ended batch's rest goes back
+# ---------------------------------------------------------------------
+{
+	my $s = $node->background_psql('postgres');
+	$s->query_safe('SET slidewin.local_batch = 10');
+	$s->query_safe("SET slidewin.local_batch_time = '300ms'");
+	my $one = q{SELECT take('%s', 100, '1 hour')};
+	my $used = q{SELECT 100 - remaining FROM rl_peek('%s', 100, '1 hour')};
+
+	# the 3 calls of the warm-up and 2 more, one statement: 5 of the 10 used
+	is($s->query_safe(q{SELECT count(*) FROM generate_series(1, 5) g WHERE take('gb', 100 + 0 * g, '1 hour')}),
+		'5', '5 calls: two alone, three from a batch of 10');
+	is(rows_of('gb'), '3 12 10', '... rows of 1, 1 and the batch of 10');
+	is($s->query_safe(sprintf($held, 'gb')), '7', '... 7 units not used');
+	# 0.9 s: the batch has ended, and the key's calls are too rare for
+	# another (their average gap, a quarter of this one, is over d / 2)
+	usleep(900_000);
+	is($s->query_safe(sprintf($one, 'gb')), 't', 'after the batch ended: the next call is admitted');
+	is(rows_of('gb'), '4 6 3', '... and gave the 7 back: the batch row holds the 3 used, beside its own row');
+	is($s->query_safe(sprintf($used, 'gb')), '6', '... so the window counts 6 units, not 13');
+	is($s->query_safe(sprintf($held, 'gb')), '0', '... and nothing is held');
+	is($node->safe_psql('postgres', q{SELECT string_agg(cost::text, ' ' ORDER BY ts) FROM rl_fallback_carry WHERE key = 'slidewin:gb'}),
+		'1 1 10 1', '... while the carry rows keep the batch whole, for Redis to count every unit');
+
+	# given back in a transaction that rolls back: nothing is given
+	is($s->query_safe(q{SELECT count(*) FROM generate_series(1, 5) g WHERE take('gr', 100 + 0 * g, '1 hour')}),
+		'5', 'another key: a batch of 10, 3 of it used');
+	usleep(900_000);
+	$s->query_safe('BEGIN');
+	is($s->query_safe(sprintf($one, 'gr')), 't', 'in a transaction: the next call gives the rest back');
+	is($s->query_safe(q{SELECT count(*) || ' ' || sum(cost) || ' ' || max(cost) FROM rl_fallback_log WHERE key = 'slidewin:gr'}),
+		'4 6 3', '... which its transaction sees');
+	$s->query_safe('ROLLBACK');
+	is(rows_of('gr'), '3 12 10', '... and which its rollback takes back: the 7 stay counted');
+	is($s->query_safe(sprintf($one, 'gr')), 't', 'the next call');
+	is(rows_of('gr'), '4 13 10', '... gives nothing back again: the batch was given up once');
+
+	# no call of the key within 4 d of its end: the rest stays counted
+	is($s->query_safe(q{SELECT count(*) FROM generate_series(1, 5) g WHERE take('gl', 100 + 0 * g, '1 hour')}),
+		'5', 'a third key: a batch of 10, 3 of it used');
+	usleep(2_000_000);
+	is($s->query_safe(sprintf($one, 'gl')), 't', 'called again 2 s later (4 d is 1.2 s)');
+	is(rows_of('gl'), '4 13 10', '... too late: nothing is given back');
+	$s->quit;
+}
+
+# ---------------------------------------------------------------------
+# 5. Carried into Redis at its end, ahead of Redis's now
 # ---------------------------------------------------------------------
 {
 	my $s = $node->background_psql('postgres');

@@ -191,9 +191,25 @@ fallback_peek_unblocked(const RlArgs *args, FallbackSeedFn seed, RlOutcome *o)
  * whether units were given back; *carried says whether the row's admission
  * had been carried into Redis (its carry row gone), where the caller must
  * give it back too.
+ *
+ * fallback_refund_part gives back `part` units of such a row (0 < part <=
+ * cost): with part < cost the row stays, with its cost and running total
+ * less `part`. Its carry row, if it still has one, is left as it is: Redis,
+ * once it learns of the row, counts the whole cost (an over-count, never an
+ * under-count: a carry row deleted and written again in this transaction
+ * could be missed by a carry that reads the two at the wrong moments), and
+ * *carried is false, as Redis has nothing to give back. That is how an
+ * ended local batch's unused units go back (switch/local_batch_fallback.c).
  */
 bool
 fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us, bool *carried)
+{
+	return fallback_refund_part(args, ts, cost, cost, win_us, carried);
+}
+
+bool
+fallback_refund_part(const RlArgs *args, int64 ts, int64 cost, int64 part, int64 win_us,
+					 bool *carried)
 {
 	FbTableId	t = args->algorithm == ALGO_MULTI_LOG ? TBL_MLOG : TBL_LOG;
 	int16		kind = (t == TBL_LOG) ? 1 : 2;
@@ -213,6 +229,8 @@ fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us, bool *ca
 	{
 		IndexScanDesc scan;
 		FbEntry		later;
+		int64		e_expires;
+		bool		e_isnull;
 		FbEntry    *moved = NULL;
 		int64	   *expires = NULL;
 		int			nmoved = 0;
@@ -230,8 +248,9 @@ fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us, bool *ca
 								  BTGreaterEqualStrategyNumber, ts, BTLessEqualStrategyNumber, ts, &e);
 		if (!e.found || e.cost != cost || e.ts <= fallback_now() - win_us)
 			break;
+		e_expires = DatumGetInt64(slot_getattr(s.slot, FB_ATT_EXPIRES, &e_isnull));
 		if (hd.found &&
-			fallback_head_write(&hs, kind, &hd, hd.ts, hd.total - cost, hd.expires) != TM_Ok)
+			fallback_head_write(&hs, kind, &hd, hd.ts, hd.total - part, hd.expires) != TM_Ok)
 			continue;
 
 		/* Nobody else writes the key now: move the newer rows down. */
@@ -258,12 +277,14 @@ fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us, bool *ca
 		 * having left its window: its units no longer count, and moving the
 		 * newer rows down changes no window's units either.
 		 */
-		(void) fallback_try_delete(&s, &e.tid);
-		if (t == TBL_LOG)
+		if (fallback_try_delete(&s, &e.tid) && part < cost)
+			fallback_insert_row(&s, e.ts, e.total - part, cost - part, e_expires);
+		/* a part leaves the carry row whole: Redis will count every unit */
+		if (t == TBL_LOG && part == cost)
 			*carried = !fallback_carry_forget(args, ts);
 		for (int i = 0; i < nmoved; i++)
 			if (fallback_try_delete(&s, &moved[i].tid))
-				fallback_insert_row(&s, moved[i].ts, moved[i].total - cost, moved[i].cost, expires[i]);
+				fallback_insert_row(&s, moved[i].ts, moved[i].total - part, moved[i].cost, expires[i]);
 		CommandCounterIncrement();
 		given = true;
 		break;

@@ -35,6 +35,9 @@ extern void fallback_reset(const RlArgs *args);
 /* rl_refund: give back the entry (ts, cost) of args' log; whether it was. */
 extern bool fallback_refund(const RlArgs *args, int64 ts, int64 cost, int64 win_us,
 							 bool *carried);
+/* The same for `part` units of the row's `cost` (an ended local batch's rest). */
+extern bool fallback_refund_part(const RlArgs *args, int64 ts, int64 cost, int64 part,
+								 int64 win_us, bool *carried);
 
 
 /* Sweep npages heap pages of each table for expired rows; true if some may remain. */
