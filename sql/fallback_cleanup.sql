@@ -6,6 +6,17 @@ SET slidewin.redis_retry_interval = 0;
 SET slidewin.redis_url = 'redis://127.0.0.1:1';
 -- start from an empty store, so that only this file's rows are counted
 TRUNCATE rl_fallback_log, rl_fallback_head;
+-- Since 1.18 a key gets a head only once two of its writers meet
+-- (slidewin.fallback_heads = contended, the default): one session calling
+-- 20 keys 3 times each writes none.
+SELECT count(*) FILTER (WHERE rl_allow('lone' || (g % 20), 100, '1 hour')) AS admitted
+  FROM generate_series(1, 60) g;
+SELECT count(*) AS lone_heads FROM rl_fallback_head;
+TRUNCATE rl_fallback_log, rl_fallback_head;
+-- The rest of this file counts heads and the index entries read beside
+-- them: each key gets its head at its second admission in a window, as
+-- before 1.18.
+SET slidewin.fallback_heads = always;
 
 -- Two keys that are never called again: 20 calls with a 1 s window,
 -- 10 with a 1 h window.

@@ -38,6 +38,7 @@ int			slidewin_test_pause_lock = 0;
 int			slidewin_on_redis_error = POLICY_FALLBACK;
 int			slidewin_standby_fallback = POLICY_ERROR;
 bool		slidewin_outage_exact = true;
+int			slidewin_fallback_heads = FALLBACK_HEADS_CONTENDED;
 int			slidewin_outage_keys = 4096;
 bool		slidewin_deny_cache = true;
 int			slidewin_local_batch = 0;
@@ -71,6 +72,12 @@ const struct config_enum_entry policy_options[] = {
 };
 
 /* What the fallback policy means on a hot standby, where no store can write. */
+const struct config_enum_entry fallback_heads_options[] = {
+	{"contended", FALLBACK_HEADS_CONTENDED, false},
+	{"always", FALLBACK_HEADS_ALWAYS, false},
+	{NULL, 0, false}
+};
+
 const struct config_enum_entry standby_fallback_options[] = {
 	{"allow", POLICY_ALLOW, false},
 	{"deny", POLICY_DENY, false},
@@ -394,6 +401,18 @@ settings_define(const SettingsHooks *hooks)
 							PGC_USERSET,
 							0,
 							NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("slidewin.fallback_heads",
+							 gettext_noop("When a key of the fallback store gets a head."),
+							 gettext_noop("contended: once two of its writers meet, so that a key called by one "
+										  "writer at a time writes no head; always: at its second admission "
+										  "in a window, so that a call the committed units deny never waits."),
+							 &slidewin_fallback_heads,
+							 FALLBACK_HEADS_CONTENDED,
+							 fallback_heads_options,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("slidewin.local_batch_time",
 							gettext_noop("How long a local batch may be used; Redis counts its units until a window after its end."),

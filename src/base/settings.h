@@ -35,6 +35,13 @@ typedef enum FailurePolicy
 } FailurePolicy;
 
 /* slidewin.error_style */
+/* slidewin.fallback_heads: when a fallback key gets a head (1.18) */
+typedef enum FallbackHeads
+{
+	FALLBACK_HEADS_CONTENDED,	/* once two of its writers meet */
+	FALLBACK_HEADS_ALWAYS		/* at its second admission in a window */
+} FallbackHeads;
+
 typedef enum ErrorStyle
 {
 	ERROR_STYLE_POSTGRES,
@@ -68,6 +75,7 @@ extern void settings_test_pause(void);
 extern int	slidewin_on_redis_error;
 extern int	slidewin_standby_fallback;
 extern bool slidewin_outage_exact;
+extern int	slidewin_fallback_heads;
 extern int	slidewin_outage_keys;
 extern bool slidewin_deny_cache;
 extern int	slidewin_local_batch;	/* units; 0: off */
@@ -90,6 +98,7 @@ extern int	slidewin_track_keys;
 extern const struct config_enum_entry tls_verify_options[];
 extern const struct config_enum_entry policy_options[];
 extern const struct config_enum_entry standby_fallback_options[];
+extern const struct config_enum_entry fallback_heads_options[];
 extern const struct config_enum_entry log_denials_options[];
 extern const struct config_enum_entry error_style_options[];
 

@@ -471,6 +471,7 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 	int16		kind = (t == TBL_LOG) ? 1 : 2;
 	LOCKTAG		tag;
 	bool		locked = false;
+	bool		waited = false;
 	bool		wrote = false;
 	int64		now;
 	FallbackSeed seed;
@@ -491,7 +492,7 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 		if (!hd.found && !locked)
 		{
 			/* a first admission: read again once earlier creators are done */
-			fallback_lock_stored_key(key, &tag);
+			waited = fallback_lock_stored_key(key, &tag);
 			locked = true;
 			continue;
 		}
@@ -515,15 +516,20 @@ fallback_log_attempt(FbTableId t, const RlArgs *args, FallbackSeedFn seed_fn,
 			/*
 			 * The claim: fails if another admission committed since the read.
 			 * A key without a head gets one only if it has a row in the
-			 * window, that is, once it is called again within it: until
-			 * then, the key's lock, held until commit, serialises its writers.
+			 * window and this call had to wait for the key's lock, that is,
+			 * once its writers meet: until then, the key's lock, held until
+			 * commit, serialises them, and a key that one writer at a time
+			 * calls (many keys, each now and then) pays for no head (1.18).
+			 * slidewin.fallback_heads = always gives it one as soon as it
+			 * has a row in the window, as before 1.18.
 			 */
 			if (hd.found)
 			{
 				if (fallback_head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin) != TM_Ok)
 					continue;
 			}
-			else if (st.newest.found && st.newest.ts > st.now - st.maxwin)
+			else if ((waited || slidewin_fallback_heads == FALLBACK_HEADS_ALWAYS) &&
+					 st.newest.found && st.newest.ts > st.now - st.maxwin)
 				(void) fallback_head_write(&hs, kind, &hd, ts, total + args->cost, ts + st.maxwin);
 			fallback_insert_row(&s, ts, total + args->cost, args->cost, ts + st.maxwin);
 			/* Redis must learn of it once it answers again (the switch) */

@@ -251,15 +251,21 @@ fallback_key_hash(text *key)
 							   VARSIZE_ANY_EXHDR(key), 0);
 }
 
-/* Serialise writers of one key until the end of the transaction. */
-void
+/*
+ * Serialise writers of one key until the end of the transaction. Whether
+ * another transaction held the lock, so that this one had to wait for it.
+ */
+bool
 fallback_lock_stored_key(text *key, LOCKTAG *tag)
 {
 	uint64		h = fallback_key_hash(key);
 
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 FALLBACK_LOCK_CLASS);
+	if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return false;
 	(void) LockAcquire(tag, ExclusiveLock, false, false);
+	return true;
 }
 
 void

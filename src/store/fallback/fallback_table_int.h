@@ -117,7 +117,7 @@ extern FbTable fallback_tables[TBL_COUNT];
 extern bool fallback_oids_valid;
 extern int64 fallback_now(void);
 extern uint64 fallback_key_hash(text *key);
-extern void fallback_lock_stored_key(text *key, LOCKTAG *tag);
+extern bool fallback_lock_stored_key(text *key, LOCKTAG *tag);
 extern void fallback_scan_open(FbScan *s, FbTableId t, text *key, LOCKMODE mode);
 extern void fallback_scan_close(FbScan *s);
 extern IndexScanDesc fallback_scan_begin_range(FbScan *s, FbIndex which, StrategyNumber lo_strategy, int64 lo,
