@@ -4,7 +4,7 @@
 SET slidewin.key_prefix = 'regress:tk:';
 SET slidewin.test_now = '2030-01-01 00:00:00+00';
 SET TimeZone = 'UTC';
-SELECT rl_reset(k) FROM unnest(ARRAY['a', 'b', 'c', 'd', 'm', 'p', 'q', 'f', 'g', 'pen']) AS k;
+SELECT rl_reset(k) FROM unnest(ARRAY['a', 'b', 'c', 'd', 'm', 'p', 'q', 'f', 'g', 'hx', 'pen']) AS k;
 CREATE TEMP TABLE t (name text PRIMARY KEY, ticket text);
 
 SELECT refunds AS refunds_before FROM rl_stats \gset
@@ -172,6 +172,18 @@ SELECT rl_refund('g', ticket) AS given FROM t WHERE name = 'g2';
 SELECT remaining FROM rl_attempt('g', 5, '10 seconds', 1, 'fallback');
 SELECT count(*) AS rows, count(DISTINCT ts) AS times, max(total) AS newest_total
   FROM rl_fallback_log WHERE key = 'regress:tk:g';
+-- a key whose writers never met has no head (1.18): giving back its newest
+-- entry gives it one, so that the next admission, in the same microsecond
+-- of this frozen clock, still comes after the entry given back, and that
+-- entry's ticket, handed in again, names no other entry
+INSERT INTO t SELECT 'hx1', ticket FROM rl_attempt('hx', 5, '10 seconds', 1, 'fallback');
+INSERT INTO t SELECT 'hx2', ticket FROM rl_attempt('hx', 5, '10 seconds', 2, 'fallback');
+SELECT count(*) AS heads_before FROM rl_fallback_head WHERE key = 'regress:tk:hx';
+SELECT rl_refund('hx', ticket) AS given FROM t WHERE name = 'hx2';
+INSERT INTO t SELECT 'hx3', ticket FROM rl_attempt('hx', 5, '10 seconds', 2, 'fallback');
+SELECT rl_refund('hx', ticket) AS given_again FROM t WHERE name = 'hx2';
+SELECT count(*) AS rows, count(DISTINCT ts) AS times, max(total) AS newest_total
+  FROM rl_fallback_log WHERE key = 'regress:tk:hx';
 -- a Redis entry cannot be given back while Redis cannot answer, whatever
 -- the policy: an error, never "nothing to give back"
 SELECT rl_refund('p', ticket) FROM t WHERE name = 'p1';

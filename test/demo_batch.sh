@@ -4,7 +4,9 @@
 # session with slidewin.local_batch off and on; Redis's own count of the
 # scripts it ran says how many calls reached it. Then a limit that binds:
 # batches never admit more than it. Then the unused units of a batch going
-# back to Redis once the batch ends.
+# back to Redis once the batch ends. Then the same while Redis cannot
+# answer, from the fallback store, whose batches' rest goes back with the
+# key's next call (1.18).
 #
 # Usage (from demo.sh): demo_batch.sh WORKDIR PGPORT REDISPORT, against the
 # demo's server, which preloads slidewin (batches need its shared memory and
@@ -75,4 +77,20 @@ echo "backends take its units from shared memory once the reserving transaction 
 read -r a rows units < <(fb fallback:off 0)
 echo "   local_batch = 0:   $a admitted, $rows rows written ($units units)"
 read -r a rows units < <(fb fallback:on 100)
-echo "   local_batch = 100: $a admitted, $rows rows written ($units units: what a batch did not use stays counted)"
+echo "   local_batch = 100: $a admitted, $rows rows written ($units units: what the last batch did not use is still counted)"
+# 1.18: the key's next call after that batch's end (50 ms) gives its rest
+# back, if it comes within 4 times that of the end
+sleep 0.1
+read -r rows2 units2 < <(sql -c "SET slidewin.redis_url = 'redis://127.0.0.1:1'; SET slidewin.on_redis_error = 'fallback';
+	SET slidewin.local_batch = 100; SET slidewin.local_batch_time = '50ms';
+	SELECT rl_allow('fallback:on', 1000000, '1 minute');
+	SELECT count(*) || ' ' || coalesce(sum(cost), 0) FROM rl_fallback_log
+	 WHERE key = current_setting('slidewin.key_prefix') || 'fallback:on'" | tail -n 1)
+back=$((units + 1 - units2))
+if ((back > 0)); then
+	echo "   0.1 s later, the key's next call, after the last batch ended, gave back the $back units it did not"
+	echo "   use (1.18): $rows2 rows, $units2 units, for the $((a + 1)) admitted"
+else
+	echo "   0.1 s later, the key's next call gave nothing back ($rows2 rows, $units2 units): it came after"
+	echo "   4 times local_batch_time of the last batch's end, or that batch was used up"
+fi

@@ -92,32 +92,40 @@ is($trips, 3, 'shadow mode went to Redis');
 # --- on time ------------------------------------------------------------------
 # A key of 2 per 1 second, spun on until admitted: the admission comes when
 # Redis said it would, from a handful of round trips among thousands of calls.
+# Late means denied after that time: the test keeps when the last denied
+# call began, so that a backend the host left waiting for a while (the first
+# call after the wait is admitted) does not count as a late admission.
 sql(q{
 	CREATE FUNCTION spin() RETURNS text LANGUAGE plpgsql AS $$
-	DECLARE r rl_result; due timestamptz; calls int := 0;
+	DECLARE r rl_result; due timestamptz; calls int := 0; began timestamptz;
+	        denied timestamptz;
 	BEGIN
 	  PERFORM rl_attempt('dc:t', 2, '1 second') FROM generate_series(1, 2);
 	  r := rl_attempt('dc:t', 2, '1 second');
 	  due := clock_timestamp() + r.retry_after;
 	  LOOP
 	    calls := calls + 1;
+	    began := clock_timestamp();
 	    r := rl_attempt('dc:t', 2, '1 second');
 	    EXIT WHEN r.allowed;
+	    denied := began;
 	  END LOOP;
-	  RETURN calls || ' ' || extract(epoch FROM clock_timestamp() - due);
+	  RETURN calls || ' ' || extract(epoch FROM denied - due);
 	END $$;
 });
-# How late is late: 20 ms, plus twice what a call that goes to Redis takes
-# on this server now (measured here over 200 calls), since the admitting call
-# is one. A sanitized server beside another TAP file took 33 ms once.
+# How late is late: a call that began 2 ms after the time, plus twice what
+# a call that goes to Redis takes on this server now (measured here over 200
+# calls), since the call that answers from Redis began before its reply. Until
+# 1.18 the test timed the admission itself against 20 ms and more, which a
+# loaded host exceeded (37 ms once, in a CI run beside the cluster pass).
 my $trip = sql(q{SELECT extract(epoch FROM clock_timestamp() - statement_timestamp()) / 200
 	FROM (SELECT count(rl_attempt('dc:trip' || g, 1000, '1 hour')) FROM generate_series(1, 200) g) s});
-my $late_ok = 0.02 + 2 * $trip;
+my $late_ok = 0.002 + 2 * $trip;
 my $before = $redis->scripts_run;
 my ($calls, $late) = split / /, sql('SELECT spin()');
 my $spin_trips = $redis->scripts_run - $before;
 cmp_ok($calls, '>', 1000, "spun $calls times before admission");
-cmp_ok($late, '<', $late_ok, sprintf('admitted %s s after the time Redis gave (not late: under 20 ms + 2 x %.1f ms a call)',
+cmp_ok($late, '<', $late_ok, sprintf('the last denied call began %s s after the time Redis gave (not late: under 2 ms + 2 x %.1f ms a call)',
 	$late, 1000 * $trip));
 cmp_ok($spin_trips, '<=', 10, "$spin_trips round trips for 3 fills and $calls spins");
 

@@ -273,6 +273,25 @@ fallback_refund_part(const RlArgs *args, int64 ts, int64 cost, int64 part, int64
 		index_endscan(scan);
 
 		/*
+		 * A key without a head (since 1.18, one whose writers never met)
+		 * gets one now, holding the newest time of its rows before the
+		 * refund: the key's next admission then still comes after the row
+		 * given back, so that a ticket never names another row. The key's
+		 * lock, taken above, is held until commit.
+		 */
+		if (!hd.found)
+		{
+			int64		newest_exp = e_expires;
+
+			for (int i = 0; i < nmoved; i++)
+				newest_exp = Max(newest_exp, expires[i]);
+			(void) fallback_head_write(&hs, kind, &hd,
+									   nmoved > 0 ? moved[nmoved - 1].ts : e.ts,
+									   (nmoved > 0 ? moved[nmoved - 1].total : e.total) - part,
+									   newest_exp);
+		}
+
+		/*
 		 * A row deleted by someone else meanwhile can only have been swept,
 		 * having left its window: its units no longer count, and moving the
 		 * newer rows down changes no window's units either.
