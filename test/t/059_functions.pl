@@ -148,6 +148,41 @@ $redis->cli('config', 'set', 'maxmemory', '0');
 ($out, $err) = run($attempt);
 is($out, 'redis true 6', 'memory back: FCALL again');
 
+# ---------------------------------------------------------------------
+# The sliding log's answers on a clock the test sets (ARGV now), called
+# directly: a denial, a blocked key with room, a peek. The entry that
+# leaves the window first is read once per call (its time makes
+# retry_after, stable_us and next_us), so a denial makes three ZRANGEs:
+# the trim, the newest entry, the first live one.
+# ---------------------------------------------------------------------
+my ($lib) = $redis->cli('function', 'list') =~ /\b(slidewin_[0-9a-f]{16})\b/;
+# a log of 2 units at 9.0 s and 3 at 9.5 s (running totals 2 and 5); the
+# window is 2 s, the clock 10 s
+my @k = ('tap:d:log', 'tap:d:ledger', 'tap:d:block');
+$redis->cli('del', @k);
+$redis->cli('zadd', $k[0], '9000000', '2', '9500000', '5');
+my $fcall = sub {
+	my ($fn, @argv) = @_;
+	return join(' ', split /\n/, scalar $redis->cli('fcall', "${lib}_$fn", 3, @k, @argv));
+};
+$redis->cli('config', 'resetstat');
+# {allowed, remaining, retry_after, reset_at, used, recorded, stable, next}
+is($fcall->('log_attempt', 5, 2000000, 1, '', 10000000),
+	'0 0 1000000 11500000 5 -1 1000000 11000000',
+	'a denial of 1 unit: free when the first entry leaves');
+is(calls('zrange'), 3, 'a denial reads the first live entry once');
+is($fcall->('log_attempt', 5, 2000000, 3, '', 10000000),
+	'0 0 1500000 11500000 5 -1 1000000 11000000',
+	'a denial of 3 units: free when the second leaves; stable until the first does');
+is($fcall->('log_peek', 5, 2000000, 10000000),
+	'0 0 1000000 11500000 5 -1 11000000', 'a peek on the full key');
+$redis->cli('set', $k[2], '12000000');
+is($fcall->('log_attempt', 10, 2000000, 1, '', 10000000),
+	'2 0 2000000 11500000 5 -1 1000000 12000000',
+	'blocked with room: stable until the first entry leaves, before the block ends');
+is($redis->cli('zcard', $k[0]), 2, 'nothing was recorded');
+$redis->cli('del', @k);
+
 $node->stop;
 $redis->stop;
 done_testing();

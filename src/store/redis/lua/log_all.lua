@@ -50,14 +50,14 @@ for i = 1, n do
   local rt, rlast = rb, nil
   if lk then rt, rlast = ledger_newest(lk, rb) end
   local used = total - base - (rt - rb)
-  local nxt = next_free(key, lk, r0, base, rb, used, win)
+  local nxt, v0, t0 = next_free(key, lk, r0, base, rb, used, win)
   if nxt and bend > nxt then nxt = bend end
   local ok = used + cost <= lim
   if not ok or bend > now then all = false end
   -- one constructor: the table is sized once for every field
   ks[i] = {key = key, lk = lk, bend = bend, lim = lim, win = win, cost = cost,
     base = base, r0 = r0, rb = rb, total = total, last_ts = last_ts,
-    rlast = rlast, used = used, nxt = nxt, ok = ok}
+    rlast = rlast, used = used, nxt = nxt, ok = ok, v0 = v0, t0 = t0}
 end
 local out = {}
 -- Every key admitted, none blocked, not forced, no reservation (most
@@ -101,12 +101,13 @@ for i = 1, n do
       r = {3, rem, 0, reset, used, -1, 0}
     else
       local retry, first = 0, nil
+      -- nothing was recorded: the first entry next_free read still stands
       if not s.ok then
         local free_at
-        free_at, first = freeing_time(key, lk, r0, base, rb, used + s.cost - s.lim)
+        free_at, first = freeing_time(key, lk, r0, base, rb, used + s.cost - s.lim, s.v0, s.t0)
         retry = free_at + win - now
       elseif used > 0 then
-        first = select(2, net_at(key, lk, r0, base, rb))
+        first = s.t0
       end
       r = blocked({0, rem, retry, reset, used, -1, 0}, s.bend, now)
       r[7] = r[3]

@@ -54,7 +54,7 @@ local total, last_ts = newest(key, base)
 local rt, rlast = rb, nil
 if lk then rt, rlast = ledger_newest(lk, rb) end
 local used = total - base - (rt - rb)
-local nxt = next_free(key, lk, r0, base, rb, used, win)
+local nxt, v0, t0 = next_free(key, lk, r0, base, rb, used, win)
 if nxt and bend > nxt then nxt = bend end
 local me, waiter = nil, nil
 if ahead then
@@ -72,13 +72,13 @@ if not ok or bend > now then
   local first = nil
   if not ok then
     local free_at
-    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim)
+    free_at, first = freeing_time(key, lk, r0, base, rb, used + cost - lim, v0, t0)
     retry = free_at + win - now
     if ahead and bend <= now and (not waiter or waiter == me) then
       redis.call('SET', KEYS[4], me, 'PX', math.max(1, math.ceil((retry + 2 * ahead) / 1000)))
     end
   elseif used > 0 then
-    first = select(2, net_at(key, lk, r0, base, rb))
+    first = t0
   end
   if not force then
     local reset = now

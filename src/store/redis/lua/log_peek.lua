@@ -27,11 +27,11 @@ local used = newest[1] - base - (rt - rb)
 if used <= 0 then return {1, lim, 0, now, 0, -1, now + win} end
 local r0 = redis.call('ZCOUNT', key, '-inf', cutoff)
 local reset = last_live(key, lk, r0, base, rb, used, newest[2] + 0, rlast) + win
-local nxt = next_free(key, lk, r0, base, rb, used, win)
+local nxt, v0, t0 = next_free(key, lk, r0, base, rb, used, win)
 if used + 1 <= lim then return {1, lim - used, 0, reset, used, -1, nxt} end
 local rem = lim - used
 if rem < 0 then rem = 0 end
-return {0, rem, freeing_time(key, lk, r0, base, rb, used + 1 - lim) + win - now, reset, used, -1, nxt}
+return {0, rem, freeing_time(key, lk, r0, base, rb, used + 1 - lim, v0, t0) + win - now, reset, used, -1, nxt}
 end)()
 if bend > r[7] then r[7] = bend end
 return blocked(r, bend, now)

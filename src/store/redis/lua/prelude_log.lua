@@ -89,27 +89,31 @@ local function net_at(key, lk, rank, base, rb)
   return n, t
 end
 -- Time at which the live entries from rank r0 on free `need` units, and
--- the time of the first of them (when the count may next change). Net
--- units never decrease with rank, so a binary search finds it: O(log n),
--- or O(log^2 n) when the key has a ledger.
-local function freeing_time(key, lk, r0, base, rb, need)
-  local v, first = net_at(key, lk, r0, base, rb)
-  if v >= need then return first, first end
+-- the time of the first of them (when the count may next change), then
+-- the first's net units. Net units never decrease with rank, so a binary
+-- search finds it: O(log n), or O(log^2 n) when the key has a ledger. A
+-- caller that read the first entry already (next_free's v and first, with
+-- nothing written since) passes them, which saves a read.
+local function freeing_time(key, lk, r0, base, rb, need, v, first)
+  if not v then v, first = net_at(key, lk, r0, base, rb) end
+  if v >= need then return first, first, v end
   local lo, hi = r0 + 1, redis.call('ZCARD', key) - 1
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
     if net_at(key, lk, mid, base, rb) >= need then hi = mid else lo = mid + 1 end
   end
   local e = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')
-  return tonumber(e[2]), first
+  return tonumber(e[2]), first, v
 end
 -- When the window next frees a unit (the end of the effective window of
 -- draft-ietf-httpapi-ratelimit-headers-11): the oldest unit still in it
 -- leaves, win after the first live entry not wholly given back. nil when
--- the window holds none of the key's units.
+-- the window holds none of the key's units. Then the first live entry's
+-- net units and time, for freeing_time while nothing has been written.
 local function next_free(key, lk, r0, base, rb, used, win)
   if used <= 0 then return nil end
-  return (freeing_time(key, lk, r0, base, rb, 1)) + win
+  local t, first, v = freeing_time(key, lk, r0, base, rb, 1)
+  return t + win, v, first
 end
 -- When the window holds none of the `used` units: the newest entry not
 -- given back leaves it. Only a refund of the newest entry needs a search.
