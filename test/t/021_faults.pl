@@ -127,6 +127,12 @@ is($err, '', 'no error after the sleep');
 # (d) OOM: Redis over maxmemory with noeviction rejects writes with -OOM,
 # which counts as "Redis cannot answer".
 # ---------------------------------------------------------------------
+# From here on each call waits for a reply that Redis does send (OOM, then
+# WRONGTYPE), not for its silence: a command timeout of 1 s keeps a host
+# busy with other suites from turning a late reply into an outage, which
+# the default 100 ms did once (a WRONGTYPE call answered by its policy
+# after 102 ms, with two matrix suites running at once).
+run_sql("SET slidewin.command_timeout = '1s'");
 is($redis->cli('debug', 'populate', '20000', 'fill', '100'), 'OK', 'DEBUG POPULATE 20000 keys');
 is($redis->cli('config', 'set', 'maxmemory-policy', 'noeviction'), 'OK', 'noeviction');
 is($redis->cli('config', 'set', 'maxmemory', '1mb'), 'OK', 'maxmemory 1mb');
@@ -176,6 +182,7 @@ foreach my $policy (qw(fallback allow deny))
 }
 ($out, $err) = run_sql(q{SELECT count(*) FROM rl_fallback_log WHERE key = 'slidewin:f:str'});
 is($out, '0', 'WRONGTYPE did not fall back: no fallback row');
+run_sql('RESET slidewin.command_timeout');
 
 # ---------------------------------------------------------------------
 # The same backend served everything.
