@@ -535,6 +535,13 @@ run_tap_suite() {
 		else
 			echo "(no log)"
 		fi
+		# and what its servers said (why a call went to the fallback
+		# store, say): the last lines of each PostgreSQL log it wrote
+		for log in "$tapdir"/tmp_check/log/"${t}"_*.log; do
+			[[ -f $log ]] || continue
+			banner "TAP $t: last 40 lines of $(basename "$log")"
+			tail -n 40 "$log"
+		done
 	done
 }
 
