@@ -17,6 +17,9 @@
 //                       on (slidewin.local_batch = 1000, local_batch_time =
 //                       20 ms): a hot key's admissions come from the
 //                       server's shared memory, without a round trip to Redis
+//   GET /swf-row/:k     as /sw-row, with algorithm => 'fixed_window': the
+//                       algorithm both peers use (a counter per window), in
+//                       place of slidewin's default exact log
 //
 // :k is the key the limit is counted under (the tenant); the row read is
 // items.id = hash of k modulo the table's rows. Each answer carries the
@@ -81,6 +84,12 @@ const swRowSql = {
            FROM rl_attempt($1, $2::bigint, $3::interval) AS r
            LEFT JOIN items AS i ON r.allowed AND i.id = $4`,
 };
+const swfRowSql = {
+  name: 'swf_row',
+  text: `SELECT r.allowed, rl_headers(r, 'bench') AS headers, i.id, i.payload
+           FROM rl_attempt($1, $2::bigint, $3::interval, algorithm => 'fixed_window') AS r
+           LEFT JOIN items AS i ON r.allowed AND i.id = $4`,
+};
 const rowSql = { name: 'row', text: 'SELECT id, payload FROM items WHERE id = $1' };
 const windowText = `${windowS} seconds`;
 
@@ -120,10 +129,10 @@ app.get('/none/:k', (req, res) => res.json({ ok: true }));
 
 app.get('/row/:k', (req, res) => readRow(req.params.k, res).catch((e) => fail(res, e)));
 
-async function slidewin(req, res, withRow, batched = false) {
-  const k = `${batched ? 'bench-swb' : 'bench-sw'}:${req.params.k}`;
+async function slidewin(req, res, withRow, batched = false, fixed = false) {
+  const k = `${batched ? 'bench-swb' : fixed ? 'bench-swf' : 'bench-sw'}:${req.params.k}`;
   const q = withRow
-    ? { ...swRowSql, values: [k, limit, windowText, rowOf(req.params.k)] }
+    ? { ...(fixed ? swfRowSql : swRowSql), values: [k, limit, windowText, rowOf(req.params.k)] }
     : { ...swSql, values: [k, limit, windowText] };
   const { rows } = await (batched ? batchPool : pool).query(q);
   res.set(rows[0].headers);
@@ -136,6 +145,7 @@ async function slidewin(req, res, withRow, batched = false) {
 app.get('/sw/:k', (req, res) => slidewin(req, res, false).catch((e) => fail(res, e)));
 app.get('/sw-row/:k', (req, res) => slidewin(req, res, true).catch((e) => fail(res, e)));
 app.get('/swb-row/:k', (req, res) => slidewin(req, res, true, true).catch((e) => fail(res, e)));
+app.get('/swf-row/:k', (req, res) => slidewin(req, res, true, false, true).catch((e) => fail(res, e)));
 
 // rate-limiter-flexible: consume() resolves when admitted and rejects with
 // the limiter's result when not (or with an Error when Redis failed).
