@@ -2,11 +2,11 @@
 # make bench-web: slidewin in a real web route, beside the limiters web
 # developers use, in one Express app (test/bench/web/app.js) on one Redis.
 #
-#   bash test/bench/web.sh           full run: 10 routes x {many keys, one hot
+#   bash test/bench/web.sh           full run: 11 routes x {many keys, one hot
 #                                    key} x {8, 32} connections, BENCH_WEB_SECONDS
 #                                    each (default 5), then BENCH_WEB_ROUNDS - 1
-#                                    more rounds (default 3 in all) of the five
-#                                    routes that read a row and limit: about 8
+#                                    more rounds (default 3 in all) of the six
+#                                    routes compared with the peers: about 9
 #                                    minutes. Prints a markdown table, writes it
 #                                    to test/bench/WEB_RESULTS.md and the chart
 #                                    to test/bench/charts/web.svg.
@@ -23,7 +23,12 @@
 # on (slidewin.local_batch), which a hot key's calls share in shared memory,
 # and with algorithm => 'fixed_window', the peers' own algorithm (a counter
 # per window), which tells the exact log's cost from the cost of the route's
-# shape. The target is judged on the default algorithm.
+# shape. The target is judged on the default algorithm. Beside them, the
+# ceiling: the same statement with, in place of rl_attempt, one round trip
+# to Redis that does nothing (bench_redis_ping, a PING; redis_ping.c, built
+# here with PGXS and loaded from the work directory, never installed), so
+# that the run shows what the route's shape allows any limiter that the
+# statement asks in Redis.
 # The limit never binds: this measures what limiting costs.
 # autocannon drives each route (test/bench/web/drive.js), which also reads
 # from /proc the CPU that the app, PostgreSQL's processes and Redis used
@@ -59,8 +64,8 @@ secs=${BENCH_WEB_SECONDS:-5}
 [[ $secs =~ ^[1-9][0-9]*$ ]] || { echo "web.sh: BENCH_WEB_SECONDS must be a positive whole number" >&2; exit 2; }
 rounds=${BENCH_WEB_ROUNDS:-3}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "web.sh: BENCH_WEB_ROUNDS must be a positive whole number" >&2; exit 2; }
-routes=(none sw rlf erl row sw-row rlf-row erl-row swb-row swf-row)
-compared=(sw-row rlf-row erl-row swb-row swf-row)
+routes=(none sw rlf erl row sw-row rlf-row erl-row swb-row swf-row ping-row)
+compared=(sw-row rlf-row erl-row swb-row swf-row ping-row)
 if ((smoke)); then
 	secs=1
 	rounds=1
@@ -77,7 +82,7 @@ die() {
 }
 progress() { printf '[%4ds] %s\n' "$SECONDS" "$*" >&2; }
 
-for tool in node npm curl "$PG_BINDIR/psql" "$PG_BINDIR/initdb"; do
+for tool in node npm curl make "$PG_BINDIR/psql" "$PG_BINDIR/initdb"; do
 	command -v "$tool" >/dev/null 2>&1 || die "missing $tool (run test/deps.sh)"
 done
 
@@ -118,6 +123,11 @@ fi
 (cd "$work/node" && npm_config_cache=$npm_cache npm_config_update_notifier=false \
 	timeout 300 npm ci --omit=dev --no-audit --no-fund --loglevel=error "${npm_offline[@]}") >"$work/npm.log" 2>&1 &
 npm_pid=$!
+# the ceiling probe, built with PGXS for the server under test
+mkdir -p "$work/ping"
+cp "$here/web/redis_ping.c" "$work/ping/"
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$work/ping" -f "$here/web/redis_ping.mk" PG_CONFIG="$PG_CONFIG" >"$work/ping.log" 2>&1 ||
+	{ cat "$work/ping.log" >&2; die "could not build the probe redis_ping.c"; }
 
 redis_port=$(free_port)
 start_redis "$redis_port" "$work/redis" >/dev/null || die "could not start Redis"
@@ -127,7 +137,10 @@ psql_do() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port
 psql_do -c 'CREATE EXTENSION slidewin' \
 	-c 'CREATE TABLE items (id int PRIMARY KEY, payload text NOT NULL)' \
 	-c "INSERT INTO items SELECT i, md5(i::text) FROM generate_series(1, 10000) i" \
-	-c 'VACUUM ANALYZE items' || die "could not set up the database"
+	-c 'VACUUM ANALYZE items' \
+	-c "CREATE FUNCTION bench_redis_ping(int) RETURNS boolean
+	      AS '$work/ping/redis_ping.so', 'bench_redis_ping' LANGUAGE C STRICT VOLATILE" ||
+	die "could not set up the database"
 wait "$npm_pid" || { cat "$work/npm.log" >&2; die "npm ci failed"; }
 progress "PostgreSQL on 127.0.0.1:$pg_port, Redis on 127.0.0.1:$redis_port, npm packages installed"
 
@@ -188,7 +201,8 @@ perl -MJSON::PP -e '
 		erl => "express-rate-limit", row => "row read alone", "sw-row" => "row + slidewin, one statement",
 		"rlf-row" => "rate-limiter-flexible, then the row", "erl-row" => "express-rate-limit, then the row",
 		"swb-row" => "row + slidewin, one statement, local batches on",
-		"swf-row" => "row + slidewin, one statement, fixed_window");
+		"swf-row" => "row + slidewin, one statement, fixed_window",
+		"ping-row" => "row + one round trip to Redis doing nothing (PING), one statement: the ceiling");
 	my (@r, %rps, %rounds, $bad);
 	while (<>) {
 		my $x = decode_json($_);
@@ -229,12 +243,14 @@ perl -MJSON::PP -e '
 		next unless @q && $lsw && $lf && $le;
 		my @qb = ratios($c, "swb-row");
 		my @qf = ratios($c, "swf-row");
+		my @qp = ratios($c, "ping-row");
 		my $m = median(@q);
 		my $each = sub { @_ > 1 ? sprintf(" (rounds: %s)", join(", ", map { sprintf "%.2f", $_ } @_)) : "" };
 		printf "- %s, %s connections: read a row and limit: slidewin %.2f x the faster peer%s (target >= 1.0: %s)%s%s; limit only: slidewin %.2f x rate-limiter-flexible, %.2f x express-rate-limit\n",
 			($x->{keys} eq "hot" ? "one hot key" : "many keys"), $x->{connections}, $m, $each->(@q), ($m >= 1.0 ? "met" : "not met"),
 			(@qb ? sprintf(", with local batches on %.2f x%s", median(@qb), $each->(@qb)) : ""),
-			(@qf ? sprintf(", with fixed_window (the algorithm of both peers) %.2f x%s", median(@qf), $each->(@qf)) : ""), $lsw / $lf, $lsw / $le;
+			(@qf ? sprintf(", with fixed_window (the algorithm of both peers) %.2f x%s", median(@qf), $each->(@qf)) : "")
+			. (@qp ? sprintf("; the ceiling, the same statement doing one PING in Redis in place of rl_attempt: %.2f x%s", median(@qp), $each->(@qp)) : ""), $lsw / $lf, $lsw / $le;
 	}
 	exit($bad ? 3 : 0);
 ' "$results" >"$table" || status=$?

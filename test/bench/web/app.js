@@ -20,6 +20,12 @@
 //   GET /swf-row/:k     as /sw-row, with algorithm => 'fixed_window': the
 //                       algorithm both peers use (a counter per window), in
 //                       place of slidewin's default exact log
+//   GET /ping-row/:k    the ceiling: the row and one round trip to Redis
+//                       that does nothing (PING, by bench_redis_ping, which
+//                       web.sh builds from redis_ping.c) in one prepared
+//                       statement of /sw-row's shape, with headers of the
+//                       same size as a constant: what a limiter asked from
+//                       inside the statement costs at the least
 //
 // :k is the key the limit is counted under (the tenant); the row read is
 // items.id = hash of k modulo the table's rows. Each answer carries the
@@ -90,6 +96,21 @@ const swfRowSql = {
            FROM rl_attempt($1, $2::bigint, $3::interval, algorithm => 'fixed_window') AS r
            LEFT JOIN items AS i ON r.allowed AND i.id = $4`,
 };
+// The five header fields rl_headers gives, as a constant jsonb of the same
+// size, so that the app's work on /ping-row is what it is on /sw-row.
+const pingHeaders = JSON.stringify({
+  RateLimit: `"bench";r=${limit - 1};t=${windowS}`,
+  'RateLimit-Policy': `"bench";q=${limit};w=${windowS}`,
+  'X-RateLimit-Limit': String(limit),
+  'X-RateLimit-Remaining': String(limit - 1),
+  'X-RateLimit-Reset': String(Math.floor(Date.now() / 1000) + windowS),
+}).replace(/'/g, "''");
+const pingRowSql = {
+  name: 'ping_row',
+  text: `SELECT p AS allowed, '${pingHeaders}'::jsonb AS headers, i.id, i.payload
+           FROM bench_redis_ping($1) AS p
+           LEFT JOIN items AS i ON p AND i.id = $2`,
+};
 const rowSql = { name: 'row', text: 'SELECT id, payload FROM items WHERE id = $1' };
 const windowText = `${windowS} seconds`;
 
@@ -146,6 +167,17 @@ app.get('/sw/:k', (req, res) => slidewin(req, res, false).catch((e) => fail(res,
 app.get('/sw-row/:k', (req, res) => slidewin(req, res, true).catch((e) => fail(res, e)));
 app.get('/swb-row/:k', (req, res) => slidewin(req, res, true, true).catch((e) => fail(res, e)));
 app.get('/swf-row/:k', (req, res) => slidewin(req, res, true, false, true).catch((e) => fail(res, e)));
+
+async function pingRow(req, res) {
+  const { rows } = await pool.query({ ...pingRowSql, values: [redisPort, rowOf(req.params.k)] });
+  res.set(rows[0].headers);
+  if (!rows[0].allowed) {
+    res.status(429).json({ error: 'too many requests' });
+    return;
+  }
+  res.json({ id: rows[0].id, payload: rows[0].payload });
+}
+app.get('/ping-row/:k', (req, res) => pingRow(req, res).catch((e) => fail(res, e)));
 
 // rate-limiter-flexible: consume() resolves when admitted and rejects with
 // the limiter's result when not (or with an Error when Redis failed).
