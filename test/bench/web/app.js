@@ -156,12 +156,17 @@ async function slidewin(req, res, withRow, batched = false, fixed = false) {
     ? { ...(fixed ? swfRowSql : swRowSql), values: [k, limit, windowText, rowOf(req.params.k)] }
     : { ...swSql, values: [k, limit, windowText] };
   const { rows } = await (batched ? batchPool : pool).query(q);
-  res.set(rows[0].headers);
-  if (!rows[0].allowed) {
+  answer(res, rows[0], withRow);
+}
+// The answer of a route whose statement returned allowed, headers and (with
+// the row) id and payload.
+function answer(res, r, withRow) {
+  res.set(r.headers);
+  if (!r.allowed) {
     res.status(429).json({ error: 'too many requests' });
     return;
   }
-  res.json(withRow ? { id: rows[0].id, payload: rows[0].payload } : { ok: true });
+  res.json(withRow ? { id: r.id, payload: r.payload } : { ok: true });
 }
 app.get('/sw/:k', (req, res) => slidewin(req, res, false).catch((e) => fail(res, e)));
 app.get('/sw-row/:k', (req, res) => slidewin(req, res, true).catch((e) => fail(res, e)));
@@ -170,12 +175,7 @@ app.get('/swf-row/:k', (req, res) => slidewin(req, res, true, false, true).catch
 
 async function pingRow(req, res) {
   const { rows } = await pool.query({ ...pingRowSql, values: [redisPort, rowOf(req.params.k)] });
-  res.set(rows[0].headers);
-  if (!rows[0].allowed) {
-    res.status(429).json({ error: 'too many requests' });
-    return;
-  }
-  res.json({ id: rows[0].id, payload: rows[0].payload });
+  answer(res, rows[0], true);
 }
 app.get('/ping-row/:k', (req, res) => pingRow(req, res).catch((e) => fail(res, e)));
 
